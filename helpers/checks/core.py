@@ -35,6 +35,13 @@ def int_pair_problem(value: Any) -> str | None:
     return None
 
 
+def _innermost_function(error: BaseException) -> str:
+    tb = error.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_name
+
+
 def _call_text(name: str, params: Sequence[str], args: Sequence[Any]) -> str:
     return f"{name}(" + ", ".join(f"{p}={a!r}" for p, a in zip(params, args)) + ")"
 
@@ -49,11 +56,11 @@ def check_function(
     hint: str,
     problem: Callable[[Any], str | None] = int_problem,
     diagnose: Callable[[tuple, Any, Any], str | None] | None = None,
-) -> str:
+) -> None:
     """Check ``student`` against ``reference`` on ``cases`` (tuples of positional arguments).
 
     ``problem(value)`` explains a wrongly typed return value; ``diagnose(args, expected, got)``
-    may name a common mistake. Prints and returns the success line.
+    may name a common mistake. Prints one success line.
     """
     cases = list(cases)
     if not callable(student):
@@ -72,10 +79,11 @@ def check_function(
         expected = reference(*args)
         try:
             got = student(*args)
-        except NotImplementedError:
+        except NotImplementedError as error:
             raise NotImplementedError(
-                f"{name} is not answered yet: replace `raise NotImplementedError()` in its cell "
-                "with your code, run that cell, then run this check again."
+                f"{name} is not answered yet: `raise NotImplementedError()` is still in "
+                f"{_innermost_function(error)}(). Replace it with your code, run that cell, "
+                "then run this check again."
             ) from None
         except Exception as error:  # the student's code failed: say where, not a deep traceback
             raise AssertionError(f"{call} raised {type(error).__name__}: {error}\nHint: {hint}") from None
@@ -90,6 +98,4 @@ def check_function(
                 + (f"Likely cause: {note}\n" if note else "")
                 + f"Hint: {hint}"
             )
-    line = f"{name}: all {len(cases)} cases correct."
-    print(line)
-    return line
+    print(f"{name}: all {len(cases)} cases correct.")

@@ -10,6 +10,7 @@ import numbers
 import random
 
 from helpers import kv_cache_size as ref
+from helpers.models import get_model
 from helpers.checks.core import check_function, int_pair_problem
 
 SHAPE = ("layers", "kv_heads", "head_dim", "bytes_per_element")
@@ -33,13 +34,13 @@ def _factor_note(expected: int, got, factors: dict[str, int]) -> str | None:
     return None
 
 
-def bytes_per_token(fn, seed: int = 1, n_random: int = 20) -> str:
+def bytes_per_token(fn, seed: int = 1, n_random: int = 20) -> None:
     """Exercise 1: bytes one token adds to the cache."""
     def diagnose(args, expected, got):
         layers, kv_heads, head_dim, bpe = args
         return _factor_note(expected, got, {"count keys and values (the factor 2)": 2,
                                             "multiply by bytes_per_element": bpe, "multiply by layers": layers})
-    return check_function(fn, ref.kv_bytes_per_token, FIXED_SHAPES + _random_shapes(seed, n_random),
+    check_function(fn, ref.kv_bytes_per_token, FIXED_SHAPES + _random_shapes(seed, n_random),
                           name="bytes_per_token", params=SHAPE, hint=FORMULA, diagnose=diagnose)
 
 
@@ -47,7 +48,7 @@ def _sequence_reference(tokens, batch, *shape):
     return ref.cache_bytes(tokens, ref.kv_bytes_per_token(*shape), batch)
 
 
-def sequence_cache_bytes(fn, seed: int = 2, n_random: int = 20) -> str:
+def sequence_cache_bytes(fn, seed: int = 2, n_random: int = 20) -> None:
     """Exercise 2: the cache of a batch of sequences."""
     rng = random.Random(seed)
     fixed = [(131072, 1, *FIXED_SHAPES[0]), (4096, 1, *FIXED_SHAPES[0]), (8192, 16, *FIXED_SHAPES[1]),
@@ -58,12 +59,12 @@ def sequence_cache_bytes(fn, seed: int = 2, n_random: int = 20) -> str:
         tokens, batch, *_ = args
         return _factor_note(expected, got, {"every sequence in the batch has its own cache": batch,
                                             "multiply by the number of tokens": tokens})
-    return check_function(fn, _sequence_reference, cases, name="sequence_cache_bytes",
+    check_function(fn, _sequence_reference, cases, name="sequence_cache_bytes",
                           params=("tokens", "batch") + SHAPE, diagnose=diagnose,
                           hint="cache = tokens x batch x bytes per token; each sequence keeps its own keys and values.")
 
 
-def append_step_bytes(fn, seed: int = 3, n_random: int = 20) -> str:
+def append_step_bytes(fn, seed: int = 3, n_random: int = 20) -> None:
     """Exercise 3: bytes one decode step writes, into one layer and into all layers."""
     rng = random.Random(seed)
     cases = [(*shape, batch) for shape, batch in zip(FIXED_SHAPES, [1, 1, 8, 1, 2, 1])]
@@ -73,7 +74,7 @@ def append_step_bytes(fn, seed: int = 3, n_random: int = 20) -> str:
         if isinstance(got, (tuple, list)) and tuple(got) == expected[::-1]:
             return "the pair is in the wrong order: (per layer, all layers)"
         return None
-    return check_function(fn, ref.append_bytes, cases, name="append_step_bytes", params=SHAPE + ("batch",),
+    check_function(fn, ref.append_bytes, cases, name="append_step_bytes", params=SHAPE + ("batch",),
                           problem=int_pair_problem, diagnose=diagnose,
                           hint="one step appends one K row and one V row of kv_heads x head_dim elements per layer, "
                                "for each sequence; return (into one layer, into all layers).")
@@ -84,10 +85,10 @@ def _crossover_reference(weight_bytes, *shape_and_batch):
     return ref.crossover_tokens(weight_bytes, ref.kv_bytes_per_token(*shape), batch)
 
 
-def crossover_tokens(fn, seed: int = 4, n_random: int = 20) -> str:
+def crossover_tokens(fn, seed: int = 4, n_random: int = 20) -> None:
     """Exercise 4: the first token count at which the cache holds more bytes than the weights."""
     rng = random.Random(seed)
-    llama2_weights = 13_476_831_232  # Llama-2-7B, 6,738,415,616 parameters in bf16
+    llama2_weights = get_model("Llama-2-7B").weight_bytes(2)  # 13,476,831,232 bytes
     fixed = [(llama2_weights, *FIXED_SHAPES[0], 1), (llama2_weights, *FIXED_SHAPES[0], 8),
              (524288 * 1000, *FIXED_SHAPES[0], 1),  # exactly equal at 1,000 tokens: not yet larger
              (1, 1, 1, 1, 1, 1)]
@@ -97,7 +98,7 @@ def crossover_tokens(fn, seed: int = 4, n_random: int = 20) -> str:
         if got == expected - 1:
             return "at that count the cache is not yet larger than the weights (equal or smaller); give the first count where it is larger"
         return None
-    return check_function(fn, _crossover_reference, cases, name="crossover_tokens",
+    check_function(fn, _crossover_reference, cases, name="crossover_tokens",
                           params=("weight_bytes",) + SHAPE + ("batch",), diagnose=diagnose,
                           hint="find the smallest whole n with n x batch x bytes per token > weight_bytes; "
                                "floor division, then one more.")

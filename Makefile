@@ -1,0 +1,46 @@
+# The course's commands. Each creates the environment (.venv) first when it is missing.
+#   make lab         open the course in JupyterLab
+#   make test        run every check (what CI runs)
+#   make exercises   regenerate exercises/ from solutions/ (instructors)
+#   make notebooks   re-execute lessons and solutions, storing their outputs (authors)
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+KERNEL := kv-course
+NOTEBOOKS := $(wildcard notebooks/*.ipynb) $(wildcard solutions/*.ipynb)
+
+.PHONY: lab test exercises notebooks benchmark clean
+
+# Student install: the pinned course packages, helpers (editable) and the course kernel.
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m ipykernel install --user --name $(KERNEL) --display-name "Python (KV course)"
+	touch $@
+
+# Instructor extra: nbgrader, whose preprocessors generate the exercises.
+$(VENV)/.instructor: $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e ".[instructor]"
+	touch $@
+
+lab: $(VENV)/.installed
+	$(BIN)/jupyter lab notebooks/01_kv_cache_size.ipynb
+
+test: $(VENV)/.instructor
+	$(BIN)/python -m pytest -n 2 --dist loadscope \
+		--nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
+		tests notebooks solutions
+
+exercises: $(VENV)/.instructor
+	$(BIN)/python -m tools.exercises
+
+notebooks: $(VENV)/.installed
+	$(BIN)/python -m tools.execute $(NOTEBOOKS)
+
+benchmark: $(VENV)/.installed
+	$(BIN)/python benchmarks/widget_redraw.py
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,32 @@
+"""The pins live in pyproject.toml; environment.yml must repeat exactly the same ones."""
+
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _pins(requirements):
+    pins = {}
+    for line in requirements:
+        if line.startswith("-"):  # "-e ." installs the helpers package itself
+            continue
+        name, sep, version = line.partition("==")
+        assert sep, f"{line!r} is not pinned with =="
+        pins[name.strip().lower().replace("_", "-")] = version.strip()
+    return pins
+
+
+def test_environment_yml_matches_pyproject_pins():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    assert _pins(pip_section) == _pins(project["dependencies"])
+    assert "-e ." in pip_section, "environment.yml must install the helpers package"
+
+
+def test_torch_is_the_cpu_pin():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert _pins(project["dependencies"])["torch"] == "2.13.0"

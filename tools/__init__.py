@@ -1,0 +1,1 @@
+"""Course tooling: generating exercises from solutions, executing notebooks."""

@@ -1,0 +1,46 @@
+"""Execute notebooks in place and store their outputs (lessons and solutions).
+
+    python -m tools.execute notebooks/01_kv_cache_size.ipynb solutions/01_kv_cache_size.ipynb
+
+Each notebook runs top to bottom in a fresh kernel from this environment, in its own folder,
+with a time limit per cell; a cell that fails stops the run (nothing is written). The saved
+kernelspec is the course kernel that `make lab` registers. Prints each notebook's run time.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+KERNELSPEC = {"name": "kv-course", "display_name": "Python (KV course)", "language": "python"}
+CELL_TIMEOUT_S = 120
+
+
+def execute(path: Path) -> float:
+    """Run the notebook at ``path`` and write it back with outputs; returns seconds taken."""
+    nb = nbformat.read(path, as_version=4)
+    start = time.perf_counter()
+    # "python3" is this environment's own kernel (jupyter_client maps it to sys.executable).
+    NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    seconds = time.perf_counter() - start
+    nb.metadata["kernelspec"] = KERNELSPEC
+    path.write_text(nbformat.writes(nb) + "\n")
+    return seconds
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    for name in argv:
+        print(f"{name}: executed in {execute(Path(name)):.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
