@@ -6,9 +6,11 @@ browser); ``cache_size_panel`` wires it to ipywidgets through ``interactive_outp
 
 from __future__ import annotations
 
+import io
+
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
-from IPython.display import display
+from IPython.display import Image, display
 
 from helpers.kv_cache_size import bytes_per_element, format_bytes, gib
 from helpers.models import MODELS, ModelConfig, get_model
@@ -73,14 +75,16 @@ def draw_cache_vs_tokens(model: ModelConfig, dtype: str = "bf16", batch: int = 1
     ax.set_xlim(0, context / 1000)
     ax.set_ylim(0, None)
     ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.09, right=0.98, bottom=0.12, top=0.92)  # fixed: tight_layout costs a draw
     return fig
 
 
 def _show(model, layers, kv_heads, head_dim, dtype, batch, context):
     fig = draw_cache_vs_tokens(reshaped(model, layers, kv_heads, head_dim), dtype, batch, context)
-    display(fig)
+    png = io.BytesIO()
+    fig.savefig(png, format="png")  # one render, no second pass for a tight bounding box
     plt.close(fig)
+    display(Image(png.getvalue()))
 
 
 def cache_size_panel(model: str = "Llama-2-7B") -> widgets.VBox:
