@@ -25,8 +25,12 @@ $(VENV)/.instructor: $(VENV)/.installed
 	$(BIN)/python -m pip install --quiet -e ".[instructor]"
 	touch $@
 
+# Jupyter refuses to run as root unless told; containers often run as root.
+LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
+
 lab: $(VENV)/.installed
-	$(BIN)/jupyter lab notebooks/01_kv_cache_size.ipynb
+	$(BIN)/jupyter lab $(LAB_ARGS) --ServerApp.root_dir="$(CURDIR)" \
+		--LabApp.default_url=/lab/tree/notebooks/01_kv_cache_size.ipynb
 
 test: $(VENV)/.instructor
 	$(BIN)/python -m pytest -n 2 --dist loadscope \

@@ -62,19 +62,21 @@ def draw_cache_vs_tokens(model: ModelConfig, dtype: str = "bf16", batch: int = 1
     if cross is not None and cross <= context:
         ax.plot([cross / 1000], [gib(model.cache_bytes(cross, batch, bpe))], "ko", ms=8, zorder=3)
         right_half = cross > context / 2
+        low_line = weights < 0.5 * max(weights, cache[-1])  # room above the weights line?
         ax.annotate(f"cache > weights\nfrom {cross:,} tokens", (cross / 1000, gib(weights)),
-                    xytext=(-10 if right_half else 10, -40), textcoords="offset points",
+                    xytext=(-10 if right_half else 10, 12 if low_line else -40), textcoords="offset points",
                     ha="right" if right_half else "left")
     else:
         where = "never (windowed cache)" if cross is None else f"only at {cross:,} tokens"
-        ax.text(0.02, 0.9, f"cache passes weights: {where}", transform=ax.transAxes)
+        ax.text(0.02, 0.8, f"cache passes weights: {where}", transform=ax.transAxes,
+                bbox=dict(facecolor="white", edgecolor="none"))
     ax.set_xlabel("tokens per sequence (thousands)")
     ax.set_ylabel("memory (GiB)")
     shape = "published shape" if MODELS.get(model.name) == model else "modified shape"
     ax.set_title(f"{model.name} ({shape}, {model.attention}): cache vs weights")
     ax.set_xlim(0, context / 1000)
     ax.set_ylim(0, None)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="best", fontsize=8)
     fig.subplots_adjust(left=0.09, right=0.98, bottom=0.12, top=0.92)  # fixed: tight_layout costs a draw
     return fig
 

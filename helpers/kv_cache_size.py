@@ -83,11 +83,12 @@ def gb(n_bytes: float) -> float:
 
 
 def format_bytes(n_bytes: float) -> str:
-    """A readable binary size: '512 KiB', '64 GiB', '1.5 MiB' (powers of 1024)."""
+    """A readable binary size: '512 KiB', '64 GiB', '1.5 MiB' (powers of 1024, at most 2 decimals)."""
     if n_bytes < 0:
         raise ValueError(f"n_bytes must be zero or more, got {n_bytes}")
+    value = float(n_bytes)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n_bytes < 1024 or unit == "TiB":
-            return f"{n_bytes:,.0f} {unit}" if float(n_bytes).is_integer() else f"{n_bytes:,.2f} {unit}"
-        n_bytes /= 1024
+        if round(value, 2) < 1024 or unit == "TiB":  # round first: 1023.999 KiB reads as 1 MiB
+            return f"{value:,.2f}".rstrip("0").rstrip(".") + f" {unit}"
+        value /= 1024
     raise AssertionError("unreachable")

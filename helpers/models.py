@@ -66,6 +66,9 @@ class ModelConfig:
             raise ValueError(f"q_heads ({self.q_heads}) must be a multiple of kv_heads ({self.kv_heads})")
         if self.windowed_layers > self.layers:
             raise ValueError(f"windowed_layers ({self.windowed_layers}) cannot exceed layers ({self.layers})")
+        if self.window is not None:
+            positive_int("window", self.window)
+        positive_int("windowed_layers", self.windowed_layers, allow_zero=True)
         if (self.window is None) != (self.windowed_layers == 0):
             raise ValueError("give both window and windowed_layers, or neither")
 

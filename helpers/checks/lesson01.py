@@ -26,11 +26,13 @@ def _random_shapes(seed: int, n: int) -> list[tuple]:
 
 
 def _factor_note(expected: int, got, factors: dict[str, int]) -> str | None:
-    for cause, factor in factors.items():
-        if factor > 1 and isinstance(got, numbers.Real) and got * factor == expected:
-            return f"the result is {factor}x too small: {cause}"
-        if factor > 1 and isinstance(got, numbers.Real) and got == expected * factor:
-            return f"the result is {factor}x too large: {cause}"
+    """Name the mistakes that would make ``got`` off from ``expected`` by one of ``factors``."""
+    if not isinstance(got, numbers.Real) or got == 0:
+        return None
+    for direction, ratio in (("small", expected / got), ("large", got / expected)):
+        causes = [cause for cause, factor in factors.items() if factor > 1 and ratio == factor]
+        if causes:
+            return f"the result is {ratio:g}x too {direction}: " + ", or ".join(causes)
     return None
 
 
