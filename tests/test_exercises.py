@@ -39,7 +39,7 @@ def test_stale_exercise_is_detected(tmp_path, monkeypatch):
     exercises_dir.mkdir()
     src = SOLUTIONS[0]
     (solutions / src.name).write_text(src.read_text())
-    (exercises_dir / src.name).write_text((ROOT / "exercises" / src.name).read_text())
+    (exercises_dir / src.name).write_text(exercises.render(exercises.generate(nbformat.read(src, as_version=4))))
     monkeypatch.setattr(exercises, "ROOT", tmp_path)
     monkeypatch.setattr(exercises, "SOLUTIONS", solutions)
     monkeypatch.setattr(exercises, "EXERCISES", exercises_dir)
