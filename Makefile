@@ -12,12 +12,11 @@ NOTEBOOKS := $(wildcard notebooks/*.ipynb) $(wildcard solutions/*.ipynb)
 
 .PHONY: lab test exercises notebooks benchmark clean
 
-# Student install: the pinned course packages, helpers (editable) and the course kernel.
+# Student install: the pinned course packages and helpers (editable).
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e .
-	$(BIN)/python -m ipykernel install --user --name $(KERNEL) --display-name "Python (KV course)"
 	touch $@
 
 # Instructor extra: nbgrader, whose preprocessors generate the exercises.
@@ -28,7 +27,9 @@ $(VENV)/.instructor: $(VENV)/.installed
 # Jupyter refuses to run as root unless told; containers often run as root.
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
+# The kernel is registered on every start, so it always points at this folder's .venv.
 lab: $(VENV)/.installed
+	$(BIN)/python -m ipykernel install --user --name $(KERNEL) --display-name "Python (KV course)"
 	$(BIN)/jupyter lab $(LAB_ARGS) --ServerApp.root_dir="$(CURDIR)" \
 		--LabApp.default_url=/lab/tree/notebooks/01_kv_cache_size.ipynb
 

@@ -1,5 +1,7 @@
 """The pins live in pyproject.toml; environment.yml must repeat exactly the same ones."""
 
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -30,3 +32,13 @@ def test_environment_yml_matches_pyproject_pins():
 def test_torch_is_the_cpu_pin():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert _pins(project["dependencies"])["torch"] == "2.13.0"
+
+
+def test_widget_extension_is_installed_for_jupyterlab():
+    """Without @jupyter-widgets/jupyterlab-manager, JupyterLab shows widgets as plain text."""
+    listing = subprocess.run([sys.executable, "-m", "jupyter", "labextension", "list"],
+                             capture_output=True, text=True, check=True)
+    lines = (listing.stdout + listing.stderr).splitlines()
+    manager = [line for line in lines if "@jupyter-widgets/jupyterlab-manager" in line]
+    assert manager, "the ipywidgets JupyterLab extension is missing:\n" + "\n".join(lines)
+    assert "enabled" in manager[0] and "OK" in manager[0], manager[0]
