@@ -92,10 +92,10 @@ class ModelConfig:
     def cache_bytes(self, tokens: int, batch: int = 1, bytes_per_element: int = 2) -> int:
         """Bytes of cache for ``batch`` sequences of ``tokens`` tokens, windows applied."""
         per_layer = self.kv_bytes_per_token(bytes_per_element) // self.layers
-        full_layers = self.layers - self.windowed_layers
         tokens = positive_int("tokens", tokens, allow_zero=True)
-        windowed = _cache_bytes(min(tokens, self.window), per_layer * self.windowed_layers, batch) if self.window else 0
-        return _cache_bytes(tokens, per_layer * full_layers, batch) + windowed if full_layers else windowed
+        # Token rows held, summed over layers: full layers hold every token, windowed ones the window.
+        rows = (self.layers - self.windowed_layers) * tokens + self.windowed_layers * min(tokens, self.window or 0)
+        return _cache_bytes(rows, per_layer, batch)
 
     def crossover_tokens(self, batch: int = 1, bytes_per_element: int = 2, weight_bytes_per_element: int = 2) -> int | None:
         """Smallest token count at which the cache of ``batch`` sequences outweighs the weights.
@@ -110,9 +110,9 @@ class ModelConfig:
         full_layers = self.layers - self.windowed_layers
         if full_layers == 0:
             return None
-        # Past the window only the full layers grow: solve batch * (s_f n + s_w W) > weights.
+        # Past the window only the full layers grow, on top of the windowed layers' fixed share.
         capped = _cache_bytes(self.window, per_layer * self.windowed_layers, batch)
-        return (weights - capped) // (per_layer * full_layers * batch) + 1
+        return _crossover_tokens(weights - capped, per_layer * full_layers, batch)
 
     # ---- weights -----------------------------------------------------------------------
     def _attention_params(self) -> int:
