@@ -305,3 +305,31 @@ def test_student_exception_on_a_later_case_names_that_case():
         lesson01.bytes_per_token(student)
     assert _message(info).startswith(
         "bytes_per_token(layers=32, kv_heads=1, head_dim=64, bytes_per_element=2) raised ZeroDivisionError: oops")
+
+
+# ---- tamper resistance -----------------------------------------------------------------
+def test_object_that_equals_everything_does_not_pass():
+    class Cheat(int):
+        def __eq__(self, other):
+            return True
+
+        def __ne__(self, other):
+            return False
+
+        __hash__ = int.__hash__
+
+    with pytest.raises(AssertionError, match="returned 0, expected 524288"):
+        lesson01.bytes_per_token(lambda *args: Cheat(0))
+
+
+def test_patching_the_reference_while_checked_does_not_pass(monkeypatch):
+    import helpers.kv_cache_size as ref
+
+    def student(tokens, batch, layers, kv_heads, head_dim, bytes_per_element):
+        # Make the reference agree with a wrong answer, then give the wrong answer.
+        monkeypatch.setattr(ref, "cache_bytes", lambda *args: 0)
+        monkeypatch.setattr(ref, "kv_bytes_per_token", lambda *args: 0)
+        return 0
+
+    with pytest.raises(AssertionError, match="returned 0, expected 68719476736"):
+        lesson01.sequence_cache_bytes(student)

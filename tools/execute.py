@@ -25,7 +25,7 @@ def execute(path: Path) -> float:
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
     # "python3" is this environment's own kernel (jupyter_client maps it to sys.executable).
-    NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+    NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", record_timing=False,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     seconds = time.perf_counter() - start
     nb.metadata["kernelspec"] = KERNELSPEC

@@ -5,6 +5,11 @@ result with the reference, and either prints one deterministic success line or r
 AssertionError that names the input, the expected and the returned value, with a hint.
 An exercise still holding ``raise NotImplementedError()`` gets a NotImplementedError that
 says plainly that it is not answered yet.
+
+Every expected value is computed before the student's code first runs, and each returned
+value is converted to a plain Python value before the comparison, so neither a function
+that patches the references while it runs nor an object whose ``==`` always says True can
+pass a check.
 """
 
 from __future__ import annotations
@@ -14,25 +19,28 @@ import numbers
 from typing import Any, Callable, Iterable, Sequence
 
 
-def int_problem(value: Any) -> str | None:
-    """Why ``value`` is not a whole number of bytes/tokens, or None when it is one."""
+class WrongType(Exception):
+    """Raised by a converter: the returned value has the wrong type or shape."""
+
+
+def as_int(value: Any) -> int:
+    """``value`` as a plain int; WrongType explains why it is not a whole number."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         if isinstance(value, numbers.Real) and float(value).is_integer():
-            return (f"a {type(value).__name__} ({value!r}); return an int: "
-                    "use // instead of /, or int(...) around the result")
-        return f"a {type(value).__name__} ({value!r}); expected an int"
-    return None
+            raise WrongType(f"a {type(value).__name__} ({value!r}); return an int: "
+                            "use // instead of /, or int(...) around the result")
+        raise WrongType(f"a {type(value).__name__} ({value!r}); expected an int")
+    return int(value)
 
 
-def int_pair_problem(value: Any) -> str | None:
-    """Why ``value`` is not a pair (tuple or list) of two ints, or None when it is one."""
+def as_int_pair(value: Any) -> tuple[int, int]:
+    """``value`` as a pair of plain ints; WrongType explains why it is not one."""
     if not isinstance(value, (tuple, list)) or len(value) != 2:
-        return f"{value!r} ({type(value).__name__}); expected a pair (a, b) of two ints"
-    for part in value:
-        problem = int_problem(part)
-        if problem:
-            return f"a pair holding {problem}"
-    return None
+        raise WrongType(f"{value!r} ({type(value).__name__}); expected a pair (a, b) of two ints")
+    try:
+        return as_int(value[0]), as_int(value[1])
+    except WrongType as problem:
+        raise WrongType(f"a pair holding {problem}") from None
 
 
 def _innermost_function(error: BaseException) -> str:
@@ -54,15 +62,16 @@ def check_function(
     name: str,
     params: Sequence[str],
     hint: str,
-    problem: Callable[[Any], str | None] = int_problem,
+    convert: Callable[[Any], Any] = as_int,
     diagnose: Callable[[tuple, Any, Any], str | None] | None = None,
 ) -> None:
     """Check ``student`` against ``reference`` on ``cases`` (tuples of positional arguments).
 
-    ``problem(value)`` explains a wrongly typed return value; ``diagnose(args, expected, got)``
-    may name a common mistake. Prints one success line.
+    ``convert(value)`` turns a returned value into the reference's type or raises WrongType;
+    ``diagnose(args, expected, got)`` may name a common mistake. Prints one success line.
     """
     cases = list(cases)
+    expected_values = [reference(*args) for args in cases]
     if not callable(student):
         raise AssertionError(
             f"{name} should be a function, but it is {type(student).__name__} ({student!r}). "
@@ -74,11 +83,10 @@ def check_function(
         raise AssertionError(f"{name} must accept ({', '.join(params)}): {error}") from None
     except ValueError:
         pass  # builtins without a signature: let the call decide
-    for args in cases:
+    for args, expected in zip(cases, expected_values):
         call = _call_text(name, params, args)
-        expected = reference(*args)
         try:
-            got = student(*args)
+            returned = student(*args)
         except NotImplementedError as error:
             raise NotImplementedError(
                 f"{name} is not answered yet: `raise NotImplementedError()` is still in "
@@ -87,11 +95,11 @@ def check_function(
             ) from None
         except Exception as error:  # the student's code failed: say where, not a deep traceback
             raise AssertionError(f"{call} raised {type(error).__name__}: {error}\nHint: {hint}") from None
-        wrong_type = problem(got)
-        if wrong_type:
-            raise AssertionError(f"{call} returned {wrong_type}.\nExpected: {expected!r}\nHint: {hint}")
-        same = tuple(got) == expected if isinstance(expected, tuple) else got == expected
-        if not same:
+        try:
+            got = convert(returned)
+        except WrongType as problem:
+            raise AssertionError(f"{call} returned {problem}.\nExpected: {expected!r}\nHint: {hint}") from None
+        if got != expected:
             note = diagnose(args, expected, got) if diagnose else None
             raise AssertionError(
                 f"{call} returned {got!r}, expected {expected!r}.\n"

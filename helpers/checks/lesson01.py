@@ -11,7 +11,7 @@ import random
 
 from helpers import kv_cache_size as ref
 from helpers.models import get_model
-from helpers.checks.core import check_function, int_pair_problem
+from helpers.checks.core import as_int_pair, check_function
 
 SHAPE = ("layers", "kv_heads", "head_dim", "bytes_per_element")
 # Fixed cases: the 7B worked example, GQA, MQA, fp8, fp32 and the smallest shape.
@@ -43,7 +43,7 @@ def bytes_per_token(fn, seed: int = 1, n_random: int = 20) -> None:
         return _factor_note(expected, got, {"count keys and values (the factor 2)": 2,
                                             "multiply by bytes_per_element": bpe, "multiply by layers": layers})
     check_function(fn, ref.kv_bytes_per_token, FIXED_SHAPES + _random_shapes(seed, n_random),
-                          name="bytes_per_token", params=SHAPE, hint=FORMULA, diagnose=diagnose)
+                   name="bytes_per_token", params=SHAPE, hint=FORMULA, diagnose=diagnose)
 
 
 def _sequence_reference(tokens, batch, *shape):
@@ -62,8 +62,8 @@ def sequence_cache_bytes(fn, seed: int = 2, n_random: int = 20) -> None:
         return _factor_note(expected, got, {"every sequence in the batch has its own cache": batch,
                                             "multiply by the number of tokens": tokens})
     check_function(fn, _sequence_reference, cases, name="sequence_cache_bytes",
-                          params=("tokens", "batch") + SHAPE, diagnose=diagnose,
-                          hint="cache = tokens x batch x bytes per token; each sequence keeps its own keys and values.")
+                   params=("tokens", "batch") + SHAPE, diagnose=diagnose,
+                   hint="cache = tokens x batch x bytes per token; each sequence keeps its own keys and values.")
 
 
 def append_step_bytes(fn, seed: int = 3, n_random: int = 20) -> None:
@@ -73,13 +73,13 @@ def append_step_bytes(fn, seed: int = 3, n_random: int = 20) -> None:
     cases += [(*shape, rng.randint(1, 64)) for shape in _random_shapes(seed, n_random)]
 
     def diagnose(args, expected, got):
-        if isinstance(got, (tuple, list)) and tuple(got) == expected[::-1]:
+        if got == expected[::-1]:
             return "the pair is in the wrong order: (per layer, all layers)"
         return None
     check_function(fn, ref.append_bytes, cases, name="append_step_bytes", params=SHAPE + ("batch",),
-                          problem=int_pair_problem, diagnose=diagnose,
-                          hint="one step appends one K row and one V row of kv_heads x head_dim elements per layer, "
-                               "for each sequence; return (into one layer, into all layers).")
+                   convert=as_int_pair, diagnose=diagnose,
+                   hint="one step appends one K row and one V row of kv_heads x head_dim elements per layer, "
+                        "for each sequence; return (into one layer, into all layers).")
 
 
 def _crossover_reference(weight_bytes, *shape_and_batch):
@@ -101,6 +101,6 @@ def crossover_tokens(fn, seed: int = 4, n_random: int = 20) -> None:
             return "at that count the cache is not yet larger than the weights (equal or smaller); give the first count where it is larger"
         return None
     check_function(fn, _crossover_reference, cases, name="crossover_tokens",
-                          params=("weight_bytes",) + SHAPE + ("batch",), diagnose=diagnose,
-                          hint="find the smallest whole n with n x batch x bytes per token > weight_bytes; "
-                               "floor division, then one more.")
+                   params=("weight_bytes",) + SHAPE + ("batch",), diagnose=diagnose,
+                   hint="find the smallest whole n with n x batch x bytes per token > weight_bytes; "
+                        "floor division, then one more.")
