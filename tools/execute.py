@@ -28,6 +28,8 @@ def execute(path: Path) -> float:
     NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", record_timing=False,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     seconds = time.perf_counter() - start
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)  # timestamps would change the file on every run
     nb.metadata["kernelspec"] = KERNELSPEC
     path.write_text(nbformat.writes(nb) + "\n")
     return seconds
