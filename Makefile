@@ -3,6 +3,7 @@
 #   make test        run every check (what CI runs)
 #   make exercises   regenerate exercises/ from solutions/ (instructors)
 #   make notebooks   re-execute lessons and solutions, storing their outputs (authors)
+#   make grade SUBMISSIONS=path OUT=dir   grade submitted notebooks into a gradebook
 
 PYTHON ?= python3
 VENV := .venv
@@ -10,7 +11,7 @@ BIN := $(VENV)/bin
 KERNEL := kv-course
 NOTEBOOKS := $(wildcard notebooks/*.ipynb) $(wildcard solutions/*.ipynb)
 
-.PHONY: lab test exercises notebooks benchmark clean
+.PHONY: lab test exercises notebooks grade benchmark clean
 
 # Student install: the pinned course packages and helpers (editable).
 $(VENV)/.installed: pyproject.toml
@@ -43,6 +44,13 @@ exercises: $(VENV)/.instructor
 
 notebooks: $(VENV)/.installed
 	$(BIN)/python -m tools.execute $(NOTEBOOKS)
+
+# make grade SUBMISSIONS=path [OUT=grades] [LESSONS=01] [STUDENT=name] [FAIL_UNDER=80]
+OUT ?= grades
+grade: $(VENV)/.instructor
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=path [OUT=dir] [LESSONS=01] [STUDENT=name] [FAIL_UNDER=pct]"; exit 2; }
+	$(BIN)/python -m tools.grade "$(SUBMISSIONS)" --out "$(OUT)" $(if $(LESSONS),--lessons "$(LESSONS)") \
+		$(if $(STUDENT),--student "$(STUDENT)") $(if $(FAIL_UNDER),--fail-under $(FAIL_UNDER))
 
 benchmark: $(VENV)/.installed
 	$(BIN)/python benchmarks/widget_redraw.py
