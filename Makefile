@@ -52,8 +52,9 @@ grade: $(VENV)/.instructor
 	$(BIN)/python -m tools.grade "$(SUBMISSIONS)" --out "$(OUT)" $(if $(LESSONS),--lessons "$(LESSONS)") \
 		$(if $(STUDENT),--student "$(STUDENT)") $(if $(FAIL_UNDER),--fail-under $(FAIL_UNDER))
 
-benchmark: $(VENV)/.installed
-	$(BIN)/python benchmarks/widget_redraw.py
+benchmark: $(VENV)/.instructor
+	$(BIN)/python -m benchmarks.widget_redraw
+	$(BIN)/python -m benchmarks.grading
 
 clean:
 	rm -rf $(VENV)

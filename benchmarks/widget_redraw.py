@@ -5,7 +5,7 @@ path: the slider's observers, interactive_output, the drawing function, the PNG 
 renders, and its display into the output widget. Moves the batch, layers and
 context sliders 20 times in turn and prints the median and the slowest redraw.
 
-    python benchmarks/widget_redraw.py
+    python -m benchmarks.widget_redraw
 """
 
 import json

@@ -272,3 +272,19 @@ def test_find_submissions_naming(tmp_path):
     assert grade.find_submissions(tmp_path) == [("ann", tmp_path / "ann.ipynb"), ("ben", tmp_path / "ben" / "work.ipynb")]
     assert [s for s, _ in grade.find_submissions(tmp_path, student="zoe")] == ["zoe", "zoe"]
     assert grade.find_submissions(tmp_path / "ann.ipynb") == [("ann", tmp_path / "ann.ipynb")]
+
+
+def test_ci_recipe_grades_exercises_with_the_make_command():
+    import subprocess
+
+    import yaml
+
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "grade-exercises.yml").read_text())
+    steps = workflow["jobs"]["grade"]["steps"]
+    command = next(s["run"] for s in steps if "run" in s)
+    assert command.startswith("make grade SUBMISSIONS=exercises OUT=grades")
+    report = next(s for s in steps if "junit" in s.get("uses", ""))
+    assert report["with"]["report_paths"] == "grades/junit.xml"
+    dry = subprocess.run(["make", "-n", "grade", "SUBMISSIONS=exercises", "OUT=grades", "STUDENT=me"],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert 'tools.grade "exercises" --out "grades"' in dry and '--student "me"' in dry
