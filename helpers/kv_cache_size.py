@@ -72,6 +72,15 @@ def crossover_tokens(weight_bytes: int, per_token: int, batch: int = 1) -> int:
     return weight_bytes // step + 1
 
 
+def tokens_that_fit(budget_bytes: int, weight_bytes: int, per_token: int, batch: int = 1) -> int:
+    """Most tokens per sequence whose cache, for ``batch`` sequences, fits beside the weights.
+
+    0 when the weights alone fill the budget.
+    """
+    spare = positive_int("budget_bytes", budget_bytes) - positive_int("weight_bytes", weight_bytes, allow_zero=True)
+    return max(0, spare // (positive_int("per_token", per_token) * positive_int("batch", batch)))
+
+
 def gib(n_bytes: float) -> float:
     """Bytes -> GiB (1024**3 bytes)."""
     return n_bytes / GIB

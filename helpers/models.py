@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from helpers.kv_cache_size import cache_bytes as _cache_bytes
 from helpers.kv_cache_size import crossover_tokens as _crossover_tokens
 from helpers.kv_cache_size import kv_bytes_per_token, positive_int
+from helpers.mla import mla_elements_per_token
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,8 @@ class ModelConfig:
     def kv_bytes_per_token(self, bytes_per_element: int = 2) -> int:
         """Bytes one token adds to the cache across all layers, before any window is full."""
         if self.attention == "MLA":
-            latent = self.kv_lora_rank + self.qk_rope_head_dim
-            return self.layers * latent * positive_int("bytes_per_element", bytes_per_element)
+            elements = mla_elements_per_token(self.kv_lora_rank, self.qk_rope_head_dim, self.layers)
+            return elements * positive_int("bytes_per_element", bytes_per_element)
         return kv_bytes_per_token(self.layers, self.kv_heads, self.head_dim, bytes_per_element)
 
     def cache_bytes(self, tokens: int, batch: int = 1, bytes_per_element: int = 2) -> int:

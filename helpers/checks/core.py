@@ -18,6 +18,8 @@ import inspect
 import numbers
 from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
+
 
 class WrongType(Exception):
     """Raised by a converter: the returned value has the wrong type or shape."""
@@ -50,8 +52,24 @@ def _innermost_function(error: BaseException) -> str:
     return tb.tb_frame.f_code.co_name
 
 
+def _short(value: Any) -> str:
+    """repr, with arrays of more than 8 numbers named by shape and dtype instead."""
+    if isinstance(value, np.ndarray):
+        if value.size > 8:
+            return f"<array of shape {value.shape}, dtype {value.dtype}>"
+        return f"np.array({' '.join(np.array2string(value, separator=', ').split())}, dtype={value.dtype})"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_short(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    return repr(value)
+
+
 def _call_text(name: str, params: Sequence[str], args: Sequence[Any]) -> str:
-    return f"{name}(" + ", ".join(f"{p}={a!r}" for p, a in zip(params, args)) + ")"
+    return f"{name}(" + ", ".join(f"{p}={_short(a)}" for p, a in zip(params, args)) + ")"
+
+
+def exact(expected: Any, got: Any, args: tuple) -> str | None:
+    """The default comparison: equal, or a sentence saying what came back instead."""
+    return None if got == expected else f"returned {got!r}, expected {expected!r}"
 
 
 def check_function(
@@ -63,12 +81,14 @@ def check_function(
     params: Sequence[str],
     hint: str,
     convert: Callable[[Any], Any] = as_int,
+    compare: Callable[[Any, Any, tuple], str | None] = exact,
     diagnose: Callable[[tuple, Any, Any], str | None] | None = None,
 ) -> None:
     """Check ``student`` against ``reference`` on ``cases`` (tuples of positional arguments).
 
     ``convert(value)`` turns a returned value into the reference's type or raises WrongType;
-    ``diagnose(args, expected, got)`` may name a common mistake. Prints one success line.
+    ``compare(expected, got, args)`` says what is wrong, or None; ``diagnose(args, expected, got)``
+    may name a common mistake. Prints one success line.
     """
     cases = list(cases)
     expected_values = [reference(*args) for args in cases]
@@ -98,11 +118,12 @@ def check_function(
         try:
             got = convert(returned)
         except WrongType as problem:
-            raise AssertionError(f"{call} returned {problem}.\nExpected: {expected!r}\nHint: {hint}") from None
-        if got != expected:
+            raise AssertionError(f"{call} returned {problem}.\nExpected: {_short(expected)}\nHint: {hint}") from None
+        mismatch = compare(expected, got, args)
+        if mismatch:
             note = diagnose(args, expected, got) if diagnose else None
             raise AssertionError(
-                f"{call} returned {got!r}, expected {expected!r}.\n"
+                f"{call} {mismatch}.\n"
                 + (f"Likely cause: {note}\n" if note else "")
                 + f"Hint: {hint}"
             )

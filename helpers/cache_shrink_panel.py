@@ -1,0 +1,118 @@
+"""The lesson 02 panel: attention layout and storage format -> cache size and measured error.
+
+The shape is Llama-2-7B's (32 layers, 32 query heads, head dim 128). The layouts: MHA (32 K/V
+heads), GQA (query heads in groups sharing a K/V head), MQA (one K/V head) and MLA with
+DeepSeek's proportions (a latent of 4 x head dim plus a rotary key of head dim / 2 per layer).
+``draw_cache_shrink`` is a plain function of the choices; ``cache_shrink_panel`` wires it to widgets.
+"""
+
+from __future__ import annotations
+
+import io
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+from IPython.display import Image, display
+
+from helpers.kv_cache_size import cache_bytes, gib, kv_bytes_per_token
+from helpers.kv_quant import error_table
+from helpers.mla import mla_elements_per_token
+
+LAYERS, Q_HEADS, HEAD_DIM = 32, 32, 128
+LAYOUTS = ("MHA", "GQA", "MQA", "MLA")
+STORAGE = {"bf16": 2, "int8": 1, "e4m3": 1, "e5m2": 1}  # bytes per element
+SCALINGS = ("tensor", "channel", "token", "uncalibrated")
+CONTEXTS = [2**k for k in range(12, 21)]
+
+
+def layout_bytes_per_token(layout: str, group: int = 4, storage: str = "bf16") -> int:
+    """Bytes per token of the 32-layer, 32-head, head-dim-128 shape in ``layout``, stored as ``storage``."""
+    if storage not in STORAGE:
+        raise ValueError(f"storage must be one of {', '.join(STORAGE)}; got {storage!r}")
+    bpe = STORAGE[storage]
+    if layout == "MLA":
+        return mla_elements_per_token(4 * HEAD_DIM, HEAD_DIM // 2, LAYERS) * bpe
+    kv_heads = {"MHA": Q_HEADS, "MQA": 1}.get(layout)
+    if layout == "GQA":
+        if group < 1 or Q_HEADS % group:
+            raise ValueError(f"group must divide {Q_HEADS} query heads; got {group}")
+        kv_heads = Q_HEADS // group
+    if kv_heads is None:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
+    return kv_bytes_per_token(LAYERS, kv_heads, HEAD_DIM, bpe)
+
+
+def measured_errors(storage: str, scaling: str) -> dict[str, dict[str, float]]:
+    """The lesson's measured errors ('keys'/'values' -> error dict) for this storage and scaling."""
+    wanted = ("bf16", "none") if storage == "bf16" else (storage, scaling)
+    rows = {r["which"]: r for r in error_table() if (r["fmt"], r["scaling"]) == wanted}
+    if len(rows) != 2:
+        raise ValueError(f"no measurement for storage {storage!r} with scaling {scaling!r}")
+    return rows
+
+
+def draw_cache_shrink(layout: str = "GQA", group: int = 4, storage: str = "e4m3", scaling: str = "tensor",
+                      context: int = 131072):
+    """Left: cache of one sequence at ``context`` for MHA bf16, the layout in bf16, and the layout
+    in ``storage``. Right: the measured attention-output error of that storage. Returns the Figure."""
+    name = f"GQA, groups of {group}" if layout == "GQA" else layout
+    bars = [("MHA, bf16", layout_bytes_per_token("MHA")), (f"{name}, bf16", layout_bytes_per_token(layout, group)),
+            (f"{name}, {storage}", layout_bytes_per_token(layout, group, storage))]
+    baseline = bars[0][1]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.5, 3.6), dpi=80, gridspec_kw={"width_ratios": [1.4, 1]})
+    sizes = [gib(cache_bytes(context, per_token)) for _, per_token in bars]
+    left.barh([b[0] for b in bars], sizes, color=["tab:grey", "tab:blue", "tab:green"])
+    for i, ((_, per_token), size) in enumerate(zip(bars, sizes)):
+        left.text(size, i, f" {size:,.2f} GiB ({baseline / per_token:.3g}x smaller)" if i else f" {size:,.1f} GiB",
+                  va="center", fontsize=8)
+    left.invert_yaxis()
+    left.set_xlim(0, sizes[0] * 1.6)
+    left.set_xlabel(f"KV cache of one sequence at {context:,} tokens (GiB)")
+    left.set_title(f"{name} in {storage}: {bars[-1][1]:,} bytes per token")
+
+    errors = measured_errors(storage, scaling)
+    labels = ["keys stored", "values stored"]
+    values = [100 * errors["keys"]["output"], 100 * errors["values"]["output"]]
+    right.bar(labels, values, color=["tab:orange", "tab:purple"])
+    bf16 = measured_errors("bf16", "none")
+    right.scatter(labels, [100 * bf16["keys"]["output"], 100 * bf16["values"]["output"]], marker="_", s=900,
+                  color="black", zorder=3, label="bf16, for comparison")
+    right.legend(loc="upper right", fontsize=8)
+    for i, v in enumerate(values):
+        right.text(i, v, f"{v:.2g}%", ha="center", va="bottom", fontsize=9)
+    right.set_yscale("log")
+    right.set_ylim(0.05, 300)
+    right.set_ylabel("attention output error (%)")
+    right.set_title(f"measured: {storage}" + ("" if storage == "bf16" else f", {scaling} scale"))
+    fig.subplots_adjust(left=0.2, right=0.98, bottom=0.16, top=0.88, wspace=0.35)
+    return fig
+
+
+def _show(**choices):
+    fig = draw_cache_shrink(**choices)
+    png = io.BytesIO()
+    fig.savefig(png, format="png")
+    plt.close(fig)
+    display(Image(png.getvalue()))
+
+
+def cache_shrink_panel() -> widgets.VBox:
+    """Layout, GQA group size, storage format, scaling and context -> the figure above."""
+    style = {"description_width": "90px"}
+    layout = widgets.ToggleButtons(options=LAYOUTS, value="GQA", description="attention", style=style)
+    group = widgets.SelectionSlider(options=[2, 4, 8, 16], value=4, description="GQA group", style=style)
+    storage = widgets.Dropdown(options=list(STORAGE), value="e4m3", description="storage", style=style)
+    scaling = widgets.Dropdown(options=SCALINGS, value="tensor", description="scale", style=style)
+    context = widgets.SelectionSlider(options=[(f"{c:,}", c) for c in CONTEXTS], value=131072,
+                                      description="context", style=style)
+
+    def enable(change=None):
+        group.disabled = layout.value != "GQA"
+        scaling.disabled = storage.value == "bf16"
+
+    layout.observe(enable, names="value")
+    storage.observe(enable, names="value")
+    enable()
+    controls = dict(layout=layout, group=group, storage=storage, scaling=scaling, context=context)
+    out = widgets.interactive_output(_show, controls)
+    return widgets.VBox([layout, widgets.HBox([widgets.VBox([group, context]), widgets.VBox([storage, scaling])]), out])

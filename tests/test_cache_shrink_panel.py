@@ -1,0 +1,79 @@
+"""The lesson 02 panel: byte counts of each layout, the figure, and the widget wiring."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import pytest
+
+from helpers import cache_shrink_panel as panel
+from helpers.kv_quant import error_table
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+@pytest.mark.parametrize("layout, group, storage, expected", [
+    ("MHA", 4, "bf16", 524_288),  # the 7B example of lesson 01
+    ("GQA", 4, "bf16", 131_072),
+    ("GQA", 4, "e4m3", 65_536),  # GQA 4x and 8 bits: 8x
+    ("GQA", 16, "int8", 16_384),
+    ("MQA", 4, "bf16", 16_384),
+    ("MLA", 4, "bf16", 32 * 576 * 2),
+    ("MLA", 4, "e5m2", 32 * 576),
+])
+def test_layout_bytes_per_token(layout, group, storage, expected):
+    assert panel.layout_bytes_per_token(layout, group, storage) == expected
+
+
+@pytest.mark.parametrize("args, message", [
+    (("GQA", 3, "bf16"), "group must divide"),
+    (("GQA", 0, "bf16"), "group must divide"),
+    (("SWA", 4, "bf16"), "layout must be one of"),
+    (("MHA", 4, "fp4"), "storage must be one of"),
+])
+def test_layout_bytes_per_token_rejects_bad_input(args, message):
+    with pytest.raises(ValueError, match=message):
+        panel.layout_bytes_per_token(*args)
+
+
+def test_measured_errors_come_from_the_error_table():
+    errors = panel.measured_errors("int8", "channel")
+    row = next(r for r in error_table() if (r["which"], r["fmt"], r["scaling"]) == ("keys", "int8", "channel"))
+    assert errors["keys"] == row
+    assert set(panel.measured_errors("bf16", "token")) == {"keys", "values"}  # bf16 ignores the scale
+    with pytest.raises(ValueError, match="no measurement"):
+        panel.measured_errors("int8", "per-head")
+
+
+def test_figure_shows_cache_sizes_and_errors():
+    fig = panel.draw_cache_shrink("GQA", 4, "e4m3", "tensor", 131_072)
+    left, right = fig.axes
+    widths = [patch.get_width() for patch in left.patches]
+    assert widths == pytest.approx([64.0, 16.0, 8.0])  # GiB at 131,072 tokens
+    assert any("8x smaller" in t.get_text() for t in left.texts)
+    assert "65,536 bytes per token" in left.get_title()
+    heights = [patch.get_height() for patch in right.patches]
+    errors = panel.measured_errors("e4m3", "tensor")
+    assert heights == pytest.approx([100 * errors["keys"]["output"], 100 * errors["values"]["output"]])
+    assert right.get_yscale() == "log" and "%" in right.get_ylabel()
+
+
+def test_panel_widgets_enable_and_redraw(monkeypatch):
+    drawn = []
+    monkeypatch.setattr(panel, "_show", lambda **choices: drawn.append(choices))
+    box = panel.cache_shrink_panel()
+    layout = box.children[0]
+    (group, context), (storage, scaling) = (w.children for w in box.children[1].children)
+    assert drawn[-1] == {"layout": "GQA", "group": 4, "storage": "e4m3", "scaling": "tensor", "context": 131072}
+    layout.value = "MLA"
+    assert group.disabled and drawn[-1]["layout"] == "MLA"
+    storage.value = "bf16"
+    assert scaling.disabled
+    count = len(drawn)
+    context.value = 4096
+    assert len(drawn) == count + 1 and drawn[-1]["context"] == 4096
