@@ -8,12 +8,10 @@ DeepSeek's proportions (a latent of 4 x head dim plus a rotary key of head dim /
 
 from __future__ import annotations
 
-import io
-
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
-from IPython.display import Image, display
 
+from helpers.panel_output import show_figure
 from helpers.kv_cache_size import cache_bytes, gib, kv_bytes_per_token
 from helpers.kv_quant import error_table
 from helpers.mla import mla_elements_per_token
@@ -68,7 +66,7 @@ def draw_cache_shrink(layout: str = "GQA", group: int = 4, storage: str = "e4m3"
     left.invert_yaxis()
     left.set_xlim(0, sizes[0] * 1.6)
     left.set_xlabel(f"KV cache of one sequence at {context:,} tokens (GiB)")
-    left.set_title(f"{name} in {storage}: {bars[-1][1]:,} bytes per token")
+    left.set_title(f"{name} in {storage}: {bars[-1][1]:,} bytes per token", y=1.01)  # fixed y: no layout pass
 
     errors = measured_errors(storage, scaling)
     labels = ["keys stored", "values stored"]
@@ -82,18 +80,16 @@ def draw_cache_shrink(layout: str = "GQA", group: int = 4, storage: str = "e4m3"
         right.text(i, v, f"{v:.2g}%", ha="center", va="bottom", fontsize=9)
     right.set_yscale("log")
     right.set_ylim(0.05, 300)
+    right.set_yticks([0.1, 1, 10, 100], ["0.1", "1", "10", "100"])
+    right.minorticks_off()  # fewer ticks to lay out: part of keeping a redraw fast
     right.set_ylabel("attention output error (%)")
-    right.set_title(f"measured: {storage}" + ("" if storage == "bf16" else f", {scaling} scale"))
+    right.set_title(f"measured: {storage}" + ("" if storage == "bf16" else f", {scaling} scale"), y=1.01)
     fig.subplots_adjust(left=0.2, right=0.98, bottom=0.16, top=0.88, wspace=0.35)
     return fig
 
 
 def _show(**choices):
-    fig = draw_cache_shrink(**choices)
-    png = io.BytesIO()
-    fig.savefig(png, format="png")
-    plt.close(fig)
-    display(Image(png.getvalue()))
+    show_figure(draw_cache_shrink(**choices))
 
 
 def cache_shrink_panel() -> widgets.VBox:

@@ -6,12 +6,10 @@ browser); ``cache_size_panel`` wires it to ipywidgets through ``interactive_outp
 
 from __future__ import annotations
 
-import io
-
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
-from IPython.display import Image, display
 
+from helpers.panel_output import show_figure
 from helpers.kv_cache_size import bytes_per_element, format_bytes, gib
 from helpers.models import MODELS, ModelConfig, get_model
 
@@ -73,7 +71,7 @@ def draw_cache_vs_tokens(model: ModelConfig, dtype: str = "bf16", batch: int = 1
     ax.set_xlabel("tokens per sequence (thousands)")
     ax.set_ylabel("memory (GiB)")
     shape = "published shape" if MODELS.get(model.name) == model else "modified shape"
-    ax.set_title(f"{model.name} ({shape}, {model.attention}): cache vs weights")
+    ax.set_title(f"{model.name} ({shape}, {model.attention}): cache vs weights", y=1.01)  # fixed y: no layout pass
     ax.set_xlim(0, context / 1000)
     ax.set_ylim(0, None)
     ax.legend(loc="best", fontsize=8)
@@ -82,11 +80,7 @@ def draw_cache_vs_tokens(model: ModelConfig, dtype: str = "bf16", batch: int = 1
 
 
 def _show(model, layers, kv_heads, head_dim, dtype, batch, context):
-    fig = draw_cache_vs_tokens(reshaped(model, layers, kv_heads, head_dim), dtype, batch, context)
-    png = io.BytesIO()
-    fig.savefig(png, format="png")  # one render, no second pass for a tight bounding box
-    plt.close(fig)
-    display(Image(png.getvalue()))
+    show_figure(draw_cache_vs_tokens(reshaped(model, layers, kv_heads, head_dim), dtype, batch, context))
 
 
 def cache_size_panel(model: str = "Llama-2-7B") -> widgets.VBox:

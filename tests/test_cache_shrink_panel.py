@@ -77,3 +77,14 @@ def test_panel_widgets_enable_and_redraw(monkeypatch):
     count = len(drawn)
     context.value = 4096
     assert len(drawn) == count + 1 and drawn[-1]["context"] == 4096
+
+
+def test_show_figure_renders_one_png_and_closes(monkeypatch):
+    from helpers import panel_output
+
+    shown = []
+    monkeypatch.setattr(panel_output, "display", shown.append)
+    fig = panel.draw_cache_shrink()
+    panel_output.show_figure(fig)
+    assert len(shown) == 1 and shown[0].data.startswith(b"\x89PNG")
+    assert not plt.fignum_exists(fig.number)

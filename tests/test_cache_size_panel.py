@@ -188,7 +188,7 @@ def redraws(monkeypatch):
         return fig
 
     monkeypatch.setattr(panel_module, "draw_cache_vs_tokens", recording_draw)
-    monkeypatch.setattr(panel_module, "display", record["displayed"].append)
+    monkeypatch.setattr("helpers.panel_output.display", record["displayed"].append)
     return record
 
 
