@@ -55,6 +55,7 @@ grade: $(VENV)/.instructor
 benchmark: $(VENV)/.instructor
 	$(BIN)/python -m benchmarks.widget_redraw
 	$(BIN)/python -m benchmarks.grading
+	$(BIN)/python -m benchmarks.kv_quant_errors
 
 clean:
 	rm -rf $(VENV)
