@@ -6,15 +6,7 @@ per token, and an uncalibrated scale of 1.0. The same table the lesson shows.
     python -m benchmarks.kv_quant_errors
 """
 
-from helpers.kv_quant import error_table
-
-
-def main() -> None:
-    print(f"{'stored':7} {'format':6} {'scale':13} {'tensor error':>13} {'weight moved':>13} {'output error':>13}")
-    for r in error_table(seed=0):
-        print(f"{r['which']:7} {r['fmt']:6} {r['scaling']:13} {100 * r['reconstruction']:>12.2f}% "
-              f"{100 * r['weights_tv']:>12.2f}% {100 * r['output']:>12.2f}%")
-
+from helpers.kv_quant import error_table_text
 
 if __name__ == "__main__":
-    main()
+    print(error_table_text(seed=0))

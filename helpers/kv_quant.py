@@ -184,3 +184,12 @@ def error_table(seed: int = 0) -> tuple[dict, ...]:
                 rows.append({"which": which, "fmt": fmt, "scaling": scaling,
                              **storage_errors(sample, which, fmt, granularity, scale)})
     return tuple(rows)
+
+
+def error_table_text(seed: int = 0) -> str:
+    """error_table as an aligned text table, errors in percent."""
+    lines = [f"{'stored':7} {'format':6} {'scale':13} {'tensor error':>13} {'weight moved':>13} {'output error':>13}"]
+    for r in error_table(seed):
+        lines.append(f"{r['which']:7} {r['fmt']:6} {r['scaling']:13} {100 * r['reconstruction']:>12.2f}% "
+                     f"{100 * r['weights_tv']:>12.2f}% {100 * r['output']:>12.2f}%")
+    return "\n".join(lines)

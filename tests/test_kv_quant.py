@@ -394,3 +394,14 @@ def test_uncalibrated_e4m3_underflows_and_saturates():
 
 def test_magnitude_sweep_is_deterministic():
     np.testing.assert_array_equal(magnitude_sweep("e5m2", STDS, seed=2), magnitude_sweep("e5m2", STDS, seed=2))
+
+
+def test_error_table_text_lists_every_row_in_percent():
+    from helpers.kv_quant import error_table, error_table_text
+
+    lines = error_table_text().splitlines()
+    assert lines[0].split()[:3] == ["stored", "format", "scale"]
+    assert len(lines) == 1 + len(error_table())
+    first = error_table()[0]
+    assert lines[1].split()[:3] == [first["which"], first["fmt"], first["scaling"]]
+    assert lines[1].split()[3] == f"{100 * first['reconstruction']:.2f}%"
