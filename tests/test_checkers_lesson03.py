@@ -1,0 +1,117 @@
+"""The lesson 03 checkers: right answers pass with one line, typical mistakes get named."""
+
+import math
+
+import numpy as np
+import pytest
+
+from helpers.checks import lesson03 as check
+from helpers.flash import flash_attention, flash_blocks, flash_traffic, naive_attention, standard_traffic
+
+
+def good_update(m, l, scores):
+    m_new = max(m, float(np.max(scores)))
+    return m_new, (l * math.exp(m - m_new) if math.isfinite(m) else 0.0) + float(np.exp(scores - m_new).sum())
+
+
+def good_merge(m_a, l_a, o_a, m_b, l_b, o_b):
+    m = max(m_a, m_b)
+    w_a, w_b = l_a * math.exp(m_a - m), l_b * math.exp(m_b - m)
+    return m, w_a + w_b, (w_a * o_a + w_b * o_b) / (w_a + w_b)
+
+
+def good_tiled(q, k, v, block_q, block_k, causal):
+    return flash_attention(q, k, v, block_q, block_k, causal)[0]
+
+
+def good_traffic(n, d, sram):
+    return standard_traffic(n, d), flash_traffic(n, d, *flash_blocks(sram, d))
+
+
+def test_right_answers_pass_with_one_deterministic_line(capsys):
+    for _ in range(2):
+        check.online_update(good_update)
+        check.merge_states(good_merge)
+        check.tiled_attention(good_tiled)
+        check.hbm_traffic(good_traffic)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:4] == ["online_update: all 24 cases correct.", "merge_states: all 23 cases correct.",
+                         "tiled_attention: all 26 cases correct.", "hbm_traffic: all 25 cases correct."]
+    assert lines[4:] == lines[:4]
+
+
+def test_update_without_rescale():
+    def forgot(m, l, scores):
+        m_new = max(m, float(np.max(scores)))
+        return m_new, l + float(np.exp(scores - m_new).sum())
+
+    with pytest.raises(AssertionError) as info:
+        check.online_update(forgot)
+    message = str(info.value)
+    assert message.startswith("online_update(m=0.0, l=1.0, scores=np.array([5.], dtype=float64)) returned")
+    assert "multiply it by exp(m - m_new)" in message and "Hint:" in message
+
+
+def test_update_that_overflows():
+    def unsafe(m, l, scores):  # sums exp(s) without shifting, then divides
+        with np.errstate(over="ignore", invalid="ignore"):
+            m_new = max(m, float(np.max(scores)))
+            total = (l * np.exp(m) if math.isfinite(m) else 0.0) + np.exp(scores).sum()
+            return m_new, float(total / np.exp(m_new))
+
+    with pytest.raises(AssertionError, match="Likely cause: exp overflowed"):
+        check.online_update(unsafe)
+    def unshifted(m, l, scores):  # right for small scores, overflows math.exp for large ones
+        m_new = max(m, float(np.max(scores)))
+        total = (l * math.exp(m) if math.isfinite(m) else 0.0) + sum(math.exp(x) for x in scores)
+        return m_new, total / math.exp(m_new)
+
+    with pytest.raises(AssertionError, match=r"online_update\(m=1000.0, .*raised OverflowError"):
+        check.online_update(unshifted)
+
+
+def test_merge_with_equal_weights():
+    with pytest.raises(AssertionError, match="averaged equally"):
+        check.merge_states(lambda m_a, l_a, o_a, m_b, l_b, o_b: (max(m_a, m_b), l_a + l_b, (o_a + o_b) / 2))
+
+
+def test_tiled_without_causal_offset():
+    def top_left(q, k, v, block_q, block_k, causal):
+        if causal:  # the wrong alignment: query i sees keys 0..i
+            n_q, n_k = len(q), len(k)
+            mask = np.arange(n_k)[None, :] <= np.arange(n_q)[:, None]
+            s = np.where(mask, q @ k.T / math.sqrt(q.shape[1]), -np.inf)
+            p = np.exp(s - s.max(axis=1, keepdims=True))
+            return (p / p.sum(axis=1, keepdims=True)) @ v
+        return good_tiled(q, k, v, block_q, block_k, causal)
+
+    with pytest.raises(AssertionError, match=r"tiled_attention\(q=.*causal=True\) returned .* expected"):
+        check.tiled_attention(top_left)
+
+
+def test_tiled_that_builds_the_table_fails_on_memory():
+    with pytest.raises(AssertionError, match=r"allocated .* MiB at its peak; the whole 1024 x 1024 score table is 8 MiB"):
+        check.tiled_attention(lambda q, k, v, bq, bk, causal: naive_attention(q, k, v, causal))
+
+
+def test_tiled_wrong_shape_and_nan():
+    with pytest.raises(AssertionError, match=r"returned shape \(8,\), expected \(8, 4\)"):
+        check.tiled_attention(lambda q, k, v, bq, bk, causal: good_tiled(q, k, v, bq, bk, causal).sum(axis=1))
+    with pytest.raises(AssertionError, match="returned NaN or inf"):
+        check.tiled_attention(lambda q, k, v, bq, bk, causal: good_tiled(q, k, v, bq, bk, causal) * np.nan)
+
+
+def test_traffic_mistakes_are_named():
+    with pytest.raises(AssertionError, match="count the first write of O, l and m"):
+        check.hbm_traffic(lambda n, d, m: (standard_traffic(n, d), good_traffic(n, d, m)[1] - n * (d + 2)))
+    with pytest.raises(AssertionError, match="standard attention: read Q, K; write S"):
+        check.hbm_traffic(lambda n, d, m: (2 * n * d + 2 * n * n, good_traffic(n, d, m)[1]))
+
+
+def test_unanswered_exercise_says_so():
+    def blank(*args):
+        raise NotImplementedError()
+
+    for checker in (check.online_update, check.merge_states, check.tiled_attention, check.hbm_traffic):
+        with pytest.raises(NotImplementedError, match="not answered yet"):
+            checker(blank)
