@@ -34,7 +34,12 @@ lab: $(VENV)/.installed
 	$(BIN)/jupyter lab $(LAB_ARGS) --ServerApp.root_dir="$(CURDIR)" \
 		--LabApp.default_url=/lab/tree/notebooks/01_kv_cache_size.ipynb
 
-test: $(VENV)/.instructor
+# Test extra: the instructor tools plus the reference implementations the tests compare against.
+$(VENV)/.test: $(VENV)/.instructor
+	$(BIN)/python -m pip install --quiet -e ".[instructor,reference]"
+	touch $@
+
+test: $(VENV)/.test
 	$(BIN)/python -m pytest -n 2 --dist loadscope \
 		--nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 		tests notebooks solutions

@@ -15,6 +15,7 @@ pass a check.
 from __future__ import annotations
 
 import inspect
+import math
 import numbers
 from typing import Any, Callable, Iterable, Sequence
 
@@ -53,11 +54,13 @@ def _innermost_function(error: BaseException) -> str:
 
 
 def _short(value: Any) -> str:
-    """repr, with arrays of more than 8 numbers named by shape and dtype instead."""
+    """repr, with arrays and tensors of more than 8 numbers named by shape and dtype instead."""
     if isinstance(value, np.ndarray):
         if value.size > 8:
             return f"<array of shape {value.shape}, dtype {value.dtype}>"
         return f"np.array({' '.join(np.array2string(value, separator=', ').split())}, dtype={value.dtype})"
+    if type(value).__name__ == "Tensor" and math.prod(value.shape) > 8:  # torch, without importing it here
+        return f"<tensor of shape {tuple(value.shape)}, dtype {value.dtype}>"
     if isinstance(value, tuple):
         return "(" + ", ".join(_short(v) for v in value) + ("," if len(value) == 1 else "") + ")"
     return repr(value)

@@ -1,0 +1,85 @@
+"""The lesson 04 decode panel: generation one token at a time, with each layer's cache and the
+new token's attention row.
+
+``record_decode`` runs greedy generation with a KV cache once and keeps, for every step, the
+token, the cache's shape and bytes, and every layer's attention weights of the new token;
+``draw_decode_step`` draws one step of that record; ``decode_panel`` puts a slider on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from helpers.kv_cache_size import format_bytes, positive_int
+from helpers.llama import KVCache, LlamaForCausalLM
+from helpers.panel_output import show_figure
+from helpers.text_data import decode
+
+
+@dataclass
+class DecodeStep:
+    token: int  # the token this step produced
+    length: int  # positions in the cache after the step's forward pass
+    cache_shape: tuple  # (batch, kv_heads, length, head_dim), per layer, for keys and for values
+    cache_bytes: int
+    attention: np.ndarray  # (layers, heads, length): the step's last query over every cached position
+
+
+@torch.no_grad()
+def record_decode(model: LlamaForCausalLM, prompt_ids: torch.Tensor, new_tokens: int) -> list[DecodeStep]:
+    """Greedy generation with a cache, keeping what the panel shows. Step 0 is the prefill."""
+    if prompt_ids.ndim != 2 or prompt_ids.shape[0] != 1:
+        raise ValueError(f"prompt_ids must be (1, prompt), got shape {tuple(prompt_ids.shape)}")
+    new_tokens = positive_int("new_tokens", new_tokens)
+    cache = KVCache(model.config, batch=1, capacity=prompt_ids.shape[1] + new_tokens)
+    steps, step_input = [], prompt_ids
+    for _ in range(new_tokens):
+        logits = model(step_input, cache, keep_attention=True)
+        token = int(logits[0, -1].argmax())
+        rows = torch.stack([w[0, :, -1, :] for w in model.attention_weights])  # (layers, heads, length)
+        c = model.config
+        steps.append(DecodeStep(token, cache.length, (1, c.n_kv_heads, cache.length, c.head_dim), cache.nbytes(),
+                                rows.numpy()))
+        step_input = torch.tensor([[token]])
+    return steps
+
+
+def draw_decode_step(steps: list[DecodeStep], step: int, prompt_ids: torch.Tensor):
+    """The text so far, the cache after ``step``, and the attention rows of the token just fed in."""
+    if not 0 <= step < len(steps):
+        raise ValueError(f"step must be between 0 and {len(steps) - 1}; got {step}")
+    s = steps[step]
+    layers, heads, length = s.attention.shape
+    prompt = decode(prompt_ids[0].tolist())
+    made = decode([t.token for t in steps[: step + 1]])
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10.5, 3.6), dpi=80, gridspec_kw={"width_ratios": [1, 2.2]})
+    per_layer = s.cache_bytes // layers
+    a.barh([f"layer {i}" for i in range(layers)], [per_layer / 1024] * layers, color="tab:blue")
+    a.invert_yaxis()
+    a.set_xlabel("cache held per layer (KiB)")
+    a.set_xlim(0, steps[-1].cache_bytes / layers / 1024 * 1.1)
+    a.set_title(f"K and V each {s.cache_shape}; total {format_bytes(s.cache_bytes)}", fontsize=9, y=1.01)
+    image = b.imshow(s.attention.reshape(layers * heads, length), aspect="auto", cmap="magma", vmin=0,
+                     vmax=float(s.attention.max()),
+                     interpolation="nearest")
+    b.set_yticks([l * heads for l in range(layers)], [f"L{l} h0" for l in range(layers)])
+    b.set_xlabel("cached position (0 = BOS)")
+    fig.colorbar(image, ax=b, label="attention weight")
+    shown = (prompt + made)[-60:].replace("\n", "\u21b5")
+    b.set_title(f"step {step}: ...{shown!r}", fontsize=9, y=1.01)
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.15, top=0.88, wspace=0.25)
+    return fig
+
+
+def decode_panel(model: LlamaForCausalLM, prompt_ids: torch.Tensor, new_tokens: int = 48) -> widgets.VBox:
+    """A slider over the steps of one recorded greedy generation."""
+    steps = record_decode(model, prompt_ids, new_tokens)
+    slider = widgets.IntSlider(0, min=0, max=len(steps) - 1, description="step")
+    out = widgets.interactive_output(lambda step: show_figure(draw_decode_step(steps, step, prompt_ids)),
+                                     {"step": slider})
+    return widgets.VBox([slider, out])
