@@ -36,16 +36,17 @@ def record_decode(model: LlamaForCausalLM, prompt_ids: torch.Tensor, new_tokens:
     if prompt_ids.ndim != 2 or prompt_ids.shape[0] != 1:
         raise ValueError(f"prompt_ids must be (1, prompt), got shape {tuple(prompt_ids.shape)}")
     new_tokens = positive_int("new_tokens", new_tokens)
-    cache = KVCache(model.config, batch=1, capacity=prompt_ids.shape[1] + new_tokens)
+    cache = KVCache(model.config, batch=1, capacity=prompt_ids.shape[1] + new_tokens,
+                    dtype=next(model.parameters()).dtype, device=prompt_ids.device)
     steps, step_input = [], prompt_ids
     for _ in range(new_tokens):
         logits = model(step_input, cache, keep_attention=True)
         token = int(logits[0, -1].argmax())
-        rows = torch.stack([w[0, :, -1, :] for w in model.attention_weights])  # (layers, heads, length)
+        rows = torch.stack([w[0, :, -1, :] for w in model.attention_weights]).float().cpu()  # (layers, heads, length)
         c = model.config
         steps.append(DecodeStep(token, cache.length, (1, c.n_kv_heads, cache.length, c.head_dim), cache.nbytes(),
                                 rows.numpy()))
-        step_input = torch.tensor([[token]])
+        step_input = torch.tensor([[token]], device=prompt_ids.device)
     return steps
 
 

@@ -43,6 +43,9 @@ def step_seconds(model: LlamaForCausalLM, prompt_ids: torch.Tensor, new_tokens: 
 def scaling_exponent(sizes, seconds) -> float:
     """k in seconds ~ c * sizes^k, by least squares on log-log axes."""
     sizes, seconds = np.asarray(sizes, float), np.asarray(seconds, float)
-    if sizes.shape != seconds.shape or sizes.size < 2 or (sizes <= 0).any() or (seconds <= 0).any():
-        raise ValueError("sizes and seconds must be equal-length arrays of at least 2 positive numbers")
+    if sizes.shape != seconds.shape or sizes.size < 2 or not (np.isfinite(sizes).all() and np.isfinite(seconds).all()) \
+            or (sizes <= 0).any() or (seconds <= 0).any():
+        raise ValueError("sizes and seconds must be equal-length arrays of at least 2 positive, finite numbers")
+    if np.unique(sizes).size < 2:
+        raise ValueError("sizes must hold at least two different values to fit a slope")
     return float(np.polyfit(np.log(sizes), np.log(seconds), 1)[0])

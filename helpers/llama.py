@@ -81,7 +81,8 @@ class KVCache:
         shape = (config.n_layers, positive_int("batch", batch), config.n_kv_heads, capacity, config.head_dim)
         self.keys = torch.zeros(shape, dtype=dtype, device=device)
         self.values = torch.zeros(shape, dtype=dtype, device=device)
-        self.length = 0  # positions held (the same in every layer once a forward pass ends)
+        self.length = 0  # rows held (the same in every layer once a forward pass ends)
+        self.position = 0  # absolute position of the next token (more than length once a policy evicts)
         self._pending = 0  # rows appended to the layers of the pass in progress
 
     @property
@@ -99,10 +100,22 @@ class KVCache:
         self._pending = new
         return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
 
-    def advance(self) -> None:
-        """Called after a full forward pass: the appended rows now count in every layer."""
+    needs_attention = False  # a cache whose eviction policy scores tokens by attention sets this
+
+    def advance(self, attention: list[torch.Tensor] | None = None) -> None:
+        """Called after a full forward pass: the appended rows now count in every layer.
+        ``attention`` (per layer, (batch, heads, new, length)) is for caches that evict by it."""
         self.length += self._pending
+        self.position += self._pending
         self._pending = 0
+
+    def rewind(self, tokens: int) -> None:
+        """Forget the last ``tokens`` positions (to run the same step again, e.g. when timing it)."""
+        tokens = positive_int("tokens", tokens, allow_zero=True)
+        if tokens > self.length:
+            raise ValueError(f"cannot rewind {tokens} positions: the cache holds {self.length}")
+        self.length -= tokens
+        self.position -= tokens
 
     def nbytes(self) -> int:
         """Bytes of keys and values held (not the allocated capacity): 2 x layers x batch x kv_heads x length x head_dim x element size."""
@@ -220,7 +233,7 @@ class LlamaForCausalLM(nn.Module):
         c = self.config
         if input_ids.ndim != 2:
             raise ValueError(f"input_ids must be (batch, seq), got shape {tuple(input_ids.shape)}")
-        start = cache.length if cache is not None else 0
+        start = cache.position if cache is not None else 0
         n_new = input_ids.shape[1]
         if start + n_new > c.max_positions:
             raise ValueError(f"positions {start}..{start + n_new - 1} exceed max_positions {c.max_positions}")
@@ -229,13 +242,14 @@ class LlamaForCausalLM(nn.Module):
         cos, sin = cos.to(input_ids.device), sin.to(input_ids.device)
         h = self.model.embed_tokens(input_ids)
         kept = []
+        keep_attention = keep_attention or (cache is not None and cache.needs_attention)
         for index, layer in enumerate(self.model.layers):
             attended, weights = layer.self_attn(layer.input_layernorm(h), cos, sin, index, cache, keep_attention)
             h = h + attended
             h = h + layer.mlp(layer.post_attention_layernorm(h))
             kept.append(weights)
         if cache is not None:
-            cache.advance()
+            cache.advance(kept if keep_attention else None)
         self.attention_weights = kept if keep_attention else None
         return self.lm_head(self.model.norm(h))
 
@@ -247,7 +261,10 @@ def load_hf_state_dict(model: LlamaForCausalLM, state_dict: dict) -> None:
     """
     state = {k: v for k, v in state_dict.items() if not k.endswith("rotary_emb.inv_freq")}
     if model.config.tie_embeddings:
-        state.setdefault("lm_head.weight", state.get("model.embed_tokens.weight"))
+        embed, head = state.get("model.embed_tokens.weight"), state.get("lm_head.weight")
+        if head is not None and embed is not None and not torch.equal(head, embed):
+            raise ValueError("the config ties the embeddings, but lm_head.weight differs from model.embed_tokens.weight")
+        state.setdefault("lm_head.weight", embed)
     own = model.state_dict()
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))

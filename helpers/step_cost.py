@@ -7,7 +7,9 @@ sequence after ``past`` cached ones, for ``batch`` sequences:
   (2 x weights x new x batch); attention adds 4 x layers x q_heads x head_dim per (query, key)
   pair it computes (q k and the weighted sum of v), with causal masking inside the new tokens.
 - Bytes: the weights are read once per step, whatever the batch; each sequence's cache of past
-  tokens is read, and its new keys and values are written. Activations are left out (small next
+  tokens is read, and its new keys and values are written. For a mixture of experts only the
+  active experts' weights are counted, which holds for a batch of one; a large batch touches
+  more of the experts. Activations are left out (small next
   to both for the shapes of interest).
 
 Prefill is one step with new = prompt length; decode is a step with new = 1. Sliding windows and

@@ -86,12 +86,14 @@ def check_function(
     convert: Callable[[Any], Any] = as_int,
     compare: Callable[[Any, Any, tuple], str | None] = exact,
     diagnose: Callable[[tuple, Any, Any], str | None] | None = None,
+    then: Callable[[], None] | None = None,
 ) -> None:
     """Check ``student`` against ``reference`` on ``cases`` (tuples of positional arguments).
 
     ``convert(value)`` turns a returned value into the reference's type or raises WrongType;
     ``compare(expected, got, args)`` says what is wrong, or None; ``diagnose(args, expected, got)``
-    may name a common mistake. Prints one success line.
+    may name a common mistake; ``then()`` runs further checks once every case passed (raising
+    AssertionError to fail). Prints one success line.
     """
     cases = list(cases)
     expected_values = [reference(*args) for args in cases]
@@ -130,4 +132,6 @@ def check_function(
                 + (f"Likely cause: {note}\n" if note else "")
                 + f"Hint: {hint}"
             )
+    if then is not None:
+        then()
     print(f"{name}: all {len(cases)} cases correct.")

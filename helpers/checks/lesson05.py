@@ -1,0 +1,158 @@
+"""Checkers for the lesson 05 exercises (decode is memory-bound). Each takes the student's function.
+
+References: ``helpers.paged_kv`` and ``helpers.roofline``; random cases are seeded.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from helpers.checks.core import WrongType, as_int, check_function
+from helpers.paged_kv import BlockAllocator
+
+
+def blocks_for(fn, seed: int = 1, n_random: int = 20) -> None:
+    """Exercise 1: blocks a sequence of ``tokens`` tokens holds."""
+    rng = random.Random(seed)
+    cases = [(1, 16), (16, 16), (17, 16), (0, 16), (1000, 1), (4096, 128)]
+    cases += [(rng.randint(0, 10_000), rng.choice([1, 8, 16, 32, 64, 128, 256])) for _ in range(n_random)]
+
+    def diagnose(args, expected, got):
+        tokens, block = args
+        if got == tokens // block:
+            return "floor division drops the last, partly filled block: round up"
+        return None
+    check_function(fn, lambda tokens, block: math.ceil(tokens / block), cases, name="blocks_for",
+                   params=("tokens", "block_size"), diagnose=diagnose,
+                   hint="a block holds block_size tokens, and a partly filled block is still a whole block: "
+                        "ceil(tokens / block_size) (lesson 05, section 4).")
+
+
+def _waste_reference(lengths, block_size, reserve):
+    tokens = sum(lengths)
+    paged = sum(math.ceil(n / block_size) * block_size for n in lengths)
+    return 1 - tokens / (reserve * len(lengths)), 1 - tokens / paged
+
+
+def _two_floats(value):
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise WrongType(f"{value!r}; expected a pair (contiguous, paged) of fractions")
+    try:
+        return float(value[0]), float(value[1])
+    except (TypeError, ValueError):
+        raise WrongType(f"{value!r}; expected two numbers") from None
+
+
+def _close_pair(expected, got, args):
+    if all(math.isclose(e, g, rel_tol=1e-9, abs_tol=1e-12) for e, g in zip(expected, got)):
+        return None
+    return f"returned {got!r}, expected {expected!r}"
+
+
+def waste(fn, seed: int = 2, n_random: int = 20) -> None:
+    """Exercise 2: the share of reserved slots that hold no token, contiguous and paged."""
+    rng = random.Random(seed)
+    cases = [([100, 2000, 37], 16, 2048), ([16, 32], 16, 64), ([1], 256, 4096), ([4096], 16, 4096)]
+    cases += [([rng.randint(1, 4000) for _ in range(rng.randint(1, 30))], rng.choice([8, 16, 32, 128]), 4096)
+              for _ in range(n_random)]
+
+    def diagnose(args, expected, got):
+        if math.isclose(got[0], 1 - expected[0], rel_tol=1e-9) or math.isclose(got[1], 1 - expected[1], rel_tol=1e-9):
+            return "that is the share that holds tokens; waste is 1 minus it"
+        return None
+    check_function(fn, _waste_reference, cases, name="waste", params=("lengths", "block_size", "reserve"),
+                   convert=_two_floats, compare=_close_pair, diagnose=diagnose,
+                   hint="waste = 1 - tokens / reserved slots; contiguous reserves `reserve` slots per sequence, "
+                        "paged holds ceil(n / block_size) * block_size slots (lesson 05, section 4).")
+
+
+def _state(value):
+    if not isinstance(value, (tuple, list)) or len(value) != 3 or not isinstance(value[0], list) \
+            or not isinstance(value[2], list):
+        raise WrongType(f"{value!r}; expected a triple (table, length, free) with table and free lists of block ids")
+    return list(value[0]), as_int(value[1]), list(value[2])
+
+
+def _step_cases(seed: int, n_random: int) -> list[tuple]:
+    rng = random.Random(seed)
+    cases = [([], 0, [3, 2, 1], 4), ([7], 3, [5], 4), ([7], 4, [5, 9], 4), ([0, 1], 7, [2], 4)]
+    for _ in range(n_random):
+        block = rng.choice([1, 2, 4, 16])
+        length = rng.randint(0, 40)
+        blocks = list(range(100))
+        rng.shuffle(blocks)
+        need = math.ceil(length / block)
+        cases.append((blocks[:need], length, blocks[need:need + rng.randint(1, 5)], block))
+    return cases
+
+
+def _append_reference(table, length, free, block_size):
+    """One BlockAllocator.append on a sequence with this table and this free list."""
+    allocator = BlockAllocator(num_blocks=1 + max(table + free), block_size=block_size)
+    allocator.free = list(free)
+    allocator.tables["s"], allocator.lengths["s"] = list(table), length
+    return allocator.append("s", 1), length + 1, allocator.free
+
+
+def append_token(fn, seed: int = 3, n_random: int = 20) -> None:
+    """Exercise 3: one allocator step: a sequence grows by one token."""
+    def compare(expected, got, args):
+        for name, e, g in zip(("table", "length", "free list"), expected, got):
+            if g != e:
+                return f"returned {name} {g!r}, expected {e!r}"
+        return None
+
+    def refuses_when_full():
+        try:
+            fn([0], 4, [], 4)
+        except MemoryError:
+            return
+        except Exception as error:
+            raise AssertionError(f"append_token(table=[0], length=4, free=[], block_size=4) raised "
+                                 f"{type(error).__name__}; with no free block it should raise MemoryError") from None
+        raise AssertionError("append_token(table=[0], length=4, free=[], block_size=4) needs a new block and none "
+                             "is free: raise MemoryError instead of returning")
+
+    check_function(lambda table, length, free, block_size: fn(list(table), length, list(free), block_size),
+                   _append_reference, _step_cases(seed, n_random), name="append_token",
+                   params=("table", "length", "free", "block_size"), convert=_state, compare=compare,
+                   then=refuses_when_full,
+                   hint="a new block is needed exactly when length % block_size == 0: take the last block of the "
+                        "free list and add it to the table; the length grows by one (lesson 05, section 4).")
+
+
+def _ceiling_reference(bandwidth, weight_bytes, cache_bytes_per_token, context, batch):
+    return batch * bandwidth / (weight_bytes + batch * context * cache_bytes_per_token)
+
+
+def decode_ceiling(fn, seed: int = 4, n_random: int = 20) -> None:
+    """Exercise 4: the memory-bound tokens/s ceiling for a batch."""
+    rng = random.Random(seed)
+    cases = [(3.35e12, 16_060_522_496, 131_072, 4096, 1), (3.35e12, 16_060_522_496, 131_072, 4096, 64),
+             (2.039e12, 13_476_831_232, 524_288, 1024, 8), (89.6e9, 16_060_522_496, 65_536, 8192, 1)]
+    cases += [(rng.choice([89.6e9, 1.555e12, 2.039e12, 3.35e12, 4.8e12]), rng.randint(10**8, 10**12),
+               rng.randint(1000, 10**6), rng.randint(1, 131072), rng.randint(1, 256)) for _ in range(n_random)]
+
+    def convert(value):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise WrongType(f"{value!r}; expected a number of tokens per second") from None
+
+    def compare(expected, got, args):
+        return None if math.isclose(got, expected, rel_tol=1e-9) else f"returned {got!r}, expected {expected!r}"
+
+    def diagnose(args, expected, got):
+        bandwidth, weights, per_token, context, batch = args
+        if math.isclose(got, bandwidth / (weights + batch * context * per_token), rel_tol=1e-9):
+            return "each step produces one token for every sequence of the batch: multiply by batch"
+        if math.isclose(got, batch * bandwidth / (batch * (weights + context * per_token)), rel_tol=1e-9):
+            return "the weights are read once per step for the whole batch, not once per sequence"
+        return None
+    check_function(fn, _ceiling_reference, cases, name="decode_ceiling",
+                   params=("bandwidth", "weight_bytes", "cache_bytes_per_token", "context", "batch"),
+                   convert=convert, compare=compare, diagnose=diagnose,
+                   hint="bytes per step = weights (once) + batch x context x cache bytes per token; tokens/s = "
+                        "batch x bandwidth / bytes per step (lesson 05, section 1).")
+

@@ -1,0 +1,112 @@
+"""helpers.decode_panel: the recorded decode steps, the figure of one step, and the slider."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+
+from helpers import decode_panel as panel
+from helpers.llama import LlamaConfig, LlamaForCausalLM, generate
+
+TINY = LlamaConfig(vocab_size=257, n_layers=2, hidden=32, n_heads=4, n_kv_heads=2, head_dim=8, intermediate=48,
+                   max_positions=32)
+PROMPT = torch.tensor([[256, 82, 101, 116]])  # BOS "Ret"
+NEW = 6
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return LlamaForCausalLM(TINY).eval()
+
+
+@pytest.fixture(scope="module")
+def steps(model):
+    return panel.record_decode(model, PROMPT, NEW)
+
+
+def test_one_step_per_new_token_and_greedy_tokens(model, steps):
+    assert len(steps) == NEW
+    assert [s.token for s in steps] == generate(model, PROMPT, NEW)[0, PROMPT.shape[1]:].tolist()
+
+
+def test_cache_grows_by_one_position_per_step_after_the_prefill(steps):
+    prompt = PROMPT.shape[1]
+    assert [s.length for s in steps] == list(range(prompt, prompt + NEW))  # step 0 is the prefill
+    for s in steps:
+        assert s.cache_shape == (1, TINY.n_kv_heads, s.length, TINY.head_dim)
+
+
+def test_cache_bytes_follow_the_kv_cache_formula(steps):
+    per_token = TINY.as_model_config().kv_bytes_per_token(4)  # float32
+    for s in steps:
+        assert s.cache_bytes == s.length * per_token
+        assert s.cache_bytes == 2 * TINY.n_layers * TINY.n_kv_heads * s.length * TINY.head_dim * 4
+
+
+def test_attention_rows_are_distributions_over_the_cache(steps):
+    for s in steps:
+        assert isinstance(s.attention, np.ndarray)
+        assert s.attention.shape == (TINY.n_layers, TINY.n_heads, s.length)
+        np.testing.assert_allclose(s.attention.sum(-1), 1.0, atol=1e-5)
+        assert (s.attention > 0).all()  # the newest token sees every cached position
+
+
+def test_record_decode_rejects_bad_input(model):
+    with pytest.raises(ValueError, match=r"\(1, prompt\)"):
+        panel.record_decode(model, PROMPT.repeat(2, 1), 3)
+    with pytest.raises(ValueError, match=r"\(1, prompt\)"):
+        panel.record_decode(model, PROMPT[0], 3)
+    with pytest.raises(ValueError, match="new_tokens"):
+        panel.record_decode(model, PROMPT, 0)
+
+
+def test_record_decode_follows_the_model_dtype(model):
+    double = LlamaForCausalLM(TINY).eval()
+    double.load_state_dict(model.state_dict())
+    double = double.to(torch.float64)
+    steps = panel.record_decode(double, PROMPT, 2)
+    assert steps[0].cache_bytes == PROMPT.shape[1] * TINY.as_model_config().kv_bytes_per_token(8)
+
+
+def test_draw_decode_step(steps):
+    fig = panel.draw_decode_step(steps, 2, PROMPT)
+    assert len(fig.axes) == 3  # cache bars, attention image, colorbar
+    bars, attention, _ = fig.axes
+    assert [p.get_width() for p in bars.patches] == pytest.approx([steps[2].cache_bytes / TINY.n_layers / 1024] * 2)
+    image = attention.get_images()[0].get_array()
+    assert image.shape == (TINY.n_layers * TINY.n_heads, steps[2].length)
+    np.testing.assert_allclose(np.asarray(image), steps[2].attention.reshape(-1, steps[2].length))
+    assert attention.get_title().startswith("step 2:")
+    assert str((1, TINY.n_kv_heads, steps[2].length, TINY.head_dim)) in bars.get_title()
+
+
+@pytest.mark.parametrize("step", [-1, NEW, 100])
+def test_draw_decode_step_rejects_steps_out_of_range(steps, step):
+    with pytest.raises(ValueError, match=f"between 0 and {NEW - 1}"):
+        panel.draw_decode_step(steps, step, PROMPT)
+
+
+def test_panel_redraws_once_per_slider_move(model, monkeypatch):
+    from helpers import panel_output
+
+    shown = []
+    monkeypatch.setattr(panel_output, "display", shown.append)
+    box = panel.decode_panel(model, PROMPT, new_tokens=4)
+    slider = box.children[0]
+    assert (slider.min, slider.max, slider.value) == (0, 3, 0)
+    count = len(shown)
+    assert count <= 1
+    slider.value = 2
+    assert len(shown) == count + 1 and shown[-1].data.startswith(b"\x89PNG")
+    assert plt.get_fignums() == []  # each figure closed after it is shown

@@ -1,0 +1,94 @@
+"""helpers.decode_timing: per-step wall times of generation, and the log-log fit of how they scale."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from helpers.decode_timing import scaling_exponent, step_seconds
+from helpers.llama import LlamaConfig, LlamaForCausalLM
+
+TINY = LlamaConfig(vocab_size=20, n_layers=1, hidden=16, n_heads=2, n_kv_heads=1, head_dim=8, intermediate=32,
+                   max_positions=16)
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return LlamaForCausalLM(TINY).eval()
+
+
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cached", "uncached"])
+@pytest.mark.parametrize("batch", [1, 2])
+def test_step_seconds_gives_one_positive_time_per_new_token(model, use_cache, batch):
+    prompt = torch.randint(0, TINY.vocab_size, (batch, 3), generator=torch.Generator().manual_seed(1))
+    times = step_seconds(model, prompt, 5, use_cache)
+    assert isinstance(times, np.ndarray) and times.shape == (5,) and times.dtype == np.float64
+    assert np.all(times > 0) and np.all(np.isfinite(times)) and times.sum() < 10
+
+
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cached", "uncached"])
+def test_step_seconds_stops_at_max_positions(model, use_cache):
+    prompt = torch.zeros(1, 4, dtype=torch.long)
+    # the last token made is never fed back, so 13 new tokens need forward passes over 16 positions
+    assert step_seconds(model, prompt, 13, use_cache).shape == (13,)
+    with pytest.raises(ValueError, match="max_positions"):
+        step_seconds(model, prompt, 14, use_cache)
+
+
+def test_step_seconds_works_in_float64():
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(TINY).to(torch.float64).eval()
+    assert step_seconds(model, torch.zeros(1, 2, dtype=torch.long), 3, True).shape == (3,)
+
+
+@pytest.mark.parametrize("new_tokens", [0, -1, 2.0])
+def test_step_seconds_rejects_bad_counts(model, new_tokens):
+    with pytest.raises(ValueError, match="new_tokens"):
+        step_seconds(model, torch.zeros(1, 2, dtype=torch.long), new_tokens, True)
+
+
+@pytest.mark.parametrize("seconds, k", [
+    (lambda n: 3 * n ** 2, 2.0),
+    (lambda n: n, 1.0),
+    (lambda n: 0.5 * n ** 1.5, 1.5),
+    (lambda n: 7 + 0 * n, 0.0),
+])
+def test_scaling_exponent_recovers_k(seconds, k):
+    sizes = np.array([64, 128, 256, 480])
+    assert scaling_exponent(sizes, seconds(sizes.astype(float))) == pytest.approx(k, abs=1e-9)
+    assert scaling_exponent(list(sizes[:2]), list(seconds(sizes[:2].astype(float)))) == pytest.approx(k, abs=1e-9)
+
+
+def test_scaling_exponent_fits_noisy_data():
+    sizes = np.array([10, 20, 40, 80, 160])
+    noise = np.array([1.05, 0.97, 1.02, 0.99, 1.01])
+    k = scaling_exponent(sizes, 2e-4 * sizes ** 2.0 * noise)
+    assert isinstance(k, float) and k == pytest.approx(2.0, abs=0.05)
+
+
+@pytest.mark.parametrize("sizes, seconds", [
+    ([1, 2, 3], [1, 2]),  # lengths differ
+    ([4], [1.0]),  # one point
+    ([], []),
+    ([0, 2, 4], [1, 2, 3]),  # a zero size
+    ([1, 2, 4], [1, -2, 3]),  # a negative time
+    ([1, 2, 4], [1, 0, 3]),
+])
+def test_scaling_exponent_rejects_bad_input(sizes, seconds):
+    with pytest.raises(ValueError, match="at least 2 positive, finite numbers"):
+        scaling_exponent(sizes, seconds)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_scaling_exponent_rejects_identical_sizes():
+    with pytest.raises(ValueError, match="two different values"):
+        scaling_exponent([5, 5, 5], [1.0, 2.0, 3.0])
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_scaling_exponent_rejects_non_finite_input(bad):
+    with pytest.raises(ValueError, match="positive, finite numbers"):
+        scaling_exponent([1.0, 2.0, bad], [1.0, 2.0, 3.0])
