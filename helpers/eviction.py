@@ -25,6 +25,8 @@ Policies:
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from helpers.kv_cache_size import positive_int
@@ -164,16 +166,36 @@ def evaluate(model, ids: torch.Tensor, policy: str, budget: int, sinks: int = 4,
              compact_positions: bool = False) -> dict:
     """Feed ``ids`` (1, n) one token at a time through an EvictingCache; compare each next-token
     prediction with the full cache's. Returns the mean loss (nats/token), the share of positions
-    whose top prediction equals the full cache's, and the largest number of bytes held."""
+    whose top prediction equals the full cache's, the most bytes held after a step (during a step
+    one more token sits in the cache before the policy runs), and the wall seconds per step."""
     n = ids.shape[1]
     full_logits = model(ids)[0]
-    cache = EvictingCache(model.config, policy, budget, capacity=min(n, budget) + 1 if policy != "int8_old" else n,
+    keeps_all = policy in ("full", "int8_old")
+    cache = EvictingCache(model.config, policy, budget, capacity=n if keeps_all else min(n, budget) + 1,
                           sinks=sinks, compact_positions=compact_positions)
     logits, peak = [], 0
+    start = time.perf_counter()
     for t in range(n - 1):
         logits.append(model(ids[:, t:t + 1], cache)[0, -1])
         peak = max(peak, cache.stored_bytes())
+    seconds = (time.perf_counter() - start) / (n - 1)
     logits = torch.stack(logits)
     loss = torch.nn.functional.cross_entropy(logits, ids[0, 1:]).item()
     agree = (logits.argmax(-1) == full_logits[:-1].argmax(-1)).float().mean().item()
-    return {"loss": loss, "agreement": agree, "peak_bytes": peak}
+    return {"loss": loss, "agreement": agree, "peak_bytes": peak, "seconds_per_step": seconds}
+
+
+@torch.no_grad()
+def kept_history(model, ids: torch.Tensor, policy: str, budget: int, sinks: int = 4) -> torch.Tensor:
+    """Feed ``ids`` (1, n) one token at a time through an EvictingCache and record, after each
+    step t, which absolute positions 0..t the cache holds: int8 (n - 1, n), 0 = evicted or not yet
+    seen, 1 = held, 2 = held in int8 (``int8_old``); merged rows count as held at their position."""
+    n = ids.shape[1]
+    keeps_all = policy in ("full", "int8_old")
+    cache = EvictingCache(model.config, policy, budget, capacity=n if keeps_all else min(n, budget) + 1, sinks=sinks)
+    history = torch.zeros(n - 1, n, dtype=torch.int8)
+    for t in range(n - 1):
+        model(ids[:, t:t + 1], cache)
+        positions = cache.kept_positions[: cache.length]
+        history[t, positions] = torch.where(cache.quantized[: cache.length], 2, 1).to(torch.int8)
+    return history

@@ -77,6 +77,6 @@ def max_batch(model: ModelConfig, chip: Chip, context: int, weight_bytes_per_ele
     """Sequences of ``context`` tokens whose caches fit beside the weights (0 if the weights do not
     fit). With ``block_size``, each sequence holds whole blocks (paging)."""
     context = positive_int("context", context)
-    slots = math.ceil(context / block_size) * block_size if block_size else context
+    slots = context if block_size is None else math.ceil(context / positive_int("block_size", block_size)) * block_size
     spare = chip.memory_bytes - model.weight_bytes(weight_bytes_per_element)
     return max(0, spare // (slots * model.kv_bytes_per_token(cache_bytes_per_element)))

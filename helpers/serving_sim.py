@@ -37,6 +37,8 @@ class Request:
 def workload(n: int = 200, max_context: int = 4096, seed: int = 0) -> list[Request]:
     """``n`` requests: prompts ~ lognormal around 300 tokens, outputs around 200, each caught at a
     uniformly random point of its output; prompt + output <= max_context."""
+    if positive_int("max_context", max_context) < 8:
+        raise ValueError(f"max_context must be at least 8 tokens, got {max_context}")
     rng = np.random.default_rng(seed)
     requests = []
     for _ in range(positive_int("n", n)):
@@ -46,19 +48,30 @@ def workload(n: int = 200, max_context: int = 4096, seed: int = 0) -> list[Reque
     return requests
 
 
+def _check_requests(requests) -> None:
+    if not requests:
+        raise ValueError("requests must not be empty")
+
+
 def contiguous_waste(requests: list[Request], reserve: int | None = None) -> float:
     """Share of slots wasted when every request reserves ``reserve`` slots up front, or, with
     ``reserve=None``, exactly its own final length (as if that were known in advance)."""
+    _check_requests(requests)
     if reserve is None:
         reserved = sum(r.prompt + r.output for r in requests)
     else:
-        reserved = positive_int("reserve", reserve) * len(requests)
+        reserve = positive_int("reserve", reserve)
+        longest = max(r.tokens for r in requests)
+        if reserve < longest:
+            raise ValueError(f"reserve ({reserve}) is smaller than a request's {longest} tokens")
+        reserved = reserve * len(requests)
     return 1 - sum(r.tokens for r in requests) / reserved
 
 
 def paged_waste(requests: list[Request], block_size: int) -> float:
     """Share of slots wasted when every request holds whole blocks of ``block_size`` slots."""
     block_size = positive_int("block_size", block_size)
+    _check_requests(requests)
     held = sum(math.ceil(r.tokens / block_size) * block_size for r in requests)
     return 1 - sum(r.tokens for r in requests) / held
 

@@ -1,0 +1,137 @@
+"""The lesson 05 panel: where the chip's memory goes, the figure, and the widget wiring."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import pytest
+
+from helpers import serving_panel as panel
+from helpers.kv_cache_size import GB
+from helpers.models import get_model
+from helpers.roofline import decode_ceiling, get_chip, max_batch
+
+LLAMA3_8B = get_model("Llama-3-8B")
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+@pytest.mark.parametrize("model_name, chip_name, batch, context, cache, block", [
+    ("Llama-3-8B", "H100 SXM", 16, 8192, 2, 16),
+    ("Llama-3-8B", "H100 SXM", 256, 131072, 2, 16),  # far too big: free is negative
+    ("Llama-2-7B", "A100 40GB SXM", 3, 1000, 1, 128),
+    ("Llama-3-70B", "A100 40GB SXM", 1, 1024, 2, 16),  # the weights alone do not fit
+    ("Qwen2.5-7B", "laptop, DDR5-5600 x2", 7, 4097, 2, 256),
+])
+def test_memory_split_adds_up_to_the_chip(model_name, chip_name, batch, context, cache, block):
+    model, chip = get_model(model_name), get_chip(chip_name)
+    split = panel.memory_split(model_name, chip_name, batch, context, cache, block)
+    assert list(split) == ["weights", "cache (tokens)", "cache (block tails)", "free"]
+    assert sum(split.values()) == chip.memory_bytes
+    assert split["weights"] == model.weight_bytes(2)
+    assert split["cache (tokens)"] == batch * context * model.kv_bytes_per_token(cache)
+    assert split["cache (block tails)"] >= 0
+
+
+def test_free_is_negative_when_it_does_not_fit():
+    split = panel.memory_split("Llama-3-8B", "H100 SXM", 256, 131072)
+    assert split["cache (tokens)"] == 256 * 131072 * 131_072
+    assert split["free"] == 80 * GB - 16_060_522_496 - 256 * 131072 * 131_072 < 0
+
+
+def test_block_tails_by_hand():
+    per_token = LLAMA3_8B.kv_bytes_per_token()
+    # 1,000 tokens in blocks of 16 hold 63 blocks = 1,008 slots: 8 empty slots per sequence
+    split = panel.memory_split("Llama-3-8B", "H100 SXM", 5, 1000, 2, 16)
+    assert split["cache (block tails)"] == 5 * 8 * per_token
+    # blocks of 128: 1,024 slots, 24 empty; an 8-bit cache halves them
+    assert panel.memory_split("Llama-3-8B", "H100 SXM", 5, 1000, 1, 128)["cache (block tails)"] == 5 * 24 * per_token // 2
+    # whole blocks, or blocks of one token: no tail
+    assert panel.memory_split("Llama-3-8B", "H100 SXM", 5, 8192, 2, 16)["cache (block tails)"] == 0
+    assert panel.memory_split("Llama-3-8B", "H100 SXM", 5, 1000, 2, 1)["cache (block tails)"] == 0
+
+
+def red_marker(ax):
+    (marker,) = [line for line in ax.lines if line.get_color() == "tab:red"]
+    return marker
+
+
+@pytest.mark.parametrize("batch", [1, 16, 128])
+def test_red_marker_sits_on_the_decode_ceiling(batch):
+    fig = panel.draw_serving("Llama-3-8B", "H100 SXM", batch, 8192, 2, 16)
+    left = fig.axes[0]
+    marker = red_marker(left)
+    assert list(marker.get_xdata()) == [batch]
+    assert marker.get_ydata()[0] == pytest.approx(decode_ceiling(LLAMA3_8B, get_chip("H100 SXM"), batch, 8192))
+    (curve,) = [line for line in left.lines if line.get_color() == "tab:blue"]
+    assert list(curve.get_xdata()) == panel.BATCHES
+    assert curve.get_ydata()[panel.BATCHES.index(batch)] == pytest.approx(marker.get_ydata()[0])
+
+
+def test_shaded_region_starts_at_max_batch():
+    fig = panel.draw_serving("Llama-3-8B", "H100 SXM", 16, 8192, 2, 16)
+    fits = max_batch(LLAMA3_8B, get_chip("H100 SXM"), 8192, 2, 2, 16)
+    assert fits == 59
+    (span,) = fig.axes[0].patches
+    assert span.get_x() == pytest.approx(fits)
+    assert any(f"max batch {fits}" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
+
+
+def test_shaded_region_follows_block_size_and_cache_format():
+    # 4,000 tokens: blocks of 256 hold 4,096 slots (44 fit), blocks of 1 hold 4,000 (45 fit);
+    # an 8-bit cache fits twice as many
+    chip = get_chip("A100 40GB SXM")
+    for cache, block, expected in [(2, 256, 44), (1, 256, 89), (2, 1, 45)]:
+        fits = max_batch(LLAMA3_8B, chip, 4000, 2, cache, block)
+        assert fits == expected
+        fig = panel.draw_serving("Llama-3-8B", "A100 40GB SXM", 16, 4000, cache, block)
+        (span,) = fig.axes[0].patches
+        assert span.get_x() == pytest.approx(fits)
+
+
+def test_no_shaded_region_when_every_batch_fits():
+    assert max_batch(LLAMA3_8B, get_chip("H200 SXM"), 1024, 2, 2, 16) >= 256
+    fig = panel.draw_serving("Llama-3-8B", "H200 SXM", 16, 1024, 2, 16)
+    assert len(fig.axes[0].patches) == 0
+
+
+def test_shaded_region_covers_everything_when_the_weights_do_not_fit():
+    fig = panel.draw_serving("Llama-3-70B", "A100 40GB SXM", 1, 1024, 2, 16)
+    (span,) = fig.axes[0].patches
+    assert span.get_x() == pytest.approx(0.7)  # the left edge of the axis: max batch 0
+    assert "does NOT fit" in fig.axes[1].get_title()
+
+
+def test_memory_bars_stack_to_the_chip_when_it_fits():
+    fig = panel.draw_serving("Llama-3-8B", "H100 SXM", 16, 1000, 2, 16)
+    right = fig.axes[1]
+    split = panel.memory_split("Llama-3-8B", "H100 SXM", 16, 1000, 2, 16)
+    heights = [patch.get_height() for patch in right.patches]
+    assert heights == pytest.approx([size / GB for size in split.values()])
+    assert sum(heights) == pytest.approx(80)
+    assert "does NOT fit" not in right.get_title()
+
+
+def test_panel_builds_and_one_change_redraws_once(monkeypatch):
+    from helpers import panel_output
+
+    shown, drawn = [], []
+    monkeypatch.setattr(panel_output, "display", shown.append)
+    real_draw = panel.draw_serving
+    monkeypatch.setattr(panel, "draw_serving", lambda *args: drawn.append(args) or real_draw(*args))
+    box = panel.serving_panel()
+    (model, chip, cache), (batch, context, block) = (v.children for v in box.children[0].children)
+    assert len(shown) == 1 and shown[0].data.startswith(b"\x89PNG")
+    assert drawn == [("Llama-3-8B", "H100 SXM", 16, 8192, 2, 16)]
+    batch.value = 64
+    assert len(shown) == 2 and drawn[-1] == ("Llama-3-8B", "H100 SXM", 64, 8192, 2, 16)
+    chip.value = "H200 SXM"
+    assert len(shown) == 3 and drawn[-1][1] == "H200 SXM"
+    assert model.options and all(get_model(m).max_context >= 4096 for m in model.options)
+    assert "GPT-2 small" not in model.options
+    assert not plt.get_fignums()  # each figure closed once shown
