@@ -61,6 +61,7 @@ benchmark: $(VENV)/.instructor
 	$(BIN)/python -m benchmarks.widget_redraw
 	$(BIN)/python -m benchmarks.grading
 	$(BIN)/python -m benchmarks.kv_quant_errors
+	$(BIN)/python -m benchmarks.decode_speed
 
 clean:
 	rm -rf $(VENV)

@@ -1,0 +1,146 @@
+"""Checkers for the lesson 06 exercises (eviction under a budget). Each takes the student's function.
+
+References: ``helpers.eviction``; random cases are seeded.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import torch
+
+from helpers.checks.core import WrongType, check_function
+from helpers.eviction import heavy_keep, sinks_keep, window_keep
+
+
+def _mask(value):
+    try:
+        array = np.asarray(value)
+    except Exception:
+        raise WrongType(f"{type(value).__name__}; expected a boolean array") from None
+    if array.dtype != bool:
+        raise WrongType(f"an array of dtype {array.dtype}; expected booleans (True = keep)")
+    return array
+
+
+def _same_mask(expected, got, args):
+    expected = expected.numpy() if isinstance(expected, torch.Tensor) else expected
+    if got.shape != expected.shape:
+        return f"returned a mask of shape {got.shape}, expected {expected.shape} (one entry per cached token)"
+    if not np.array_equal(got, expected):
+        return (f"kept positions {np.flatnonzero(got).tolist()}, expected {np.flatnonzero(expected).tolist()}")
+    return None
+
+
+def window_mask(fn, seed: int = 1, n_random: int = 20) -> None:
+    """Exercise 1a: keep the ``budget`` most recent of n tokens."""
+    rng = random.Random(seed)
+    cases = [(10, 4), (3, 8), (8, 8), (1, 1), (0, 4)] + [(rng.randint(0, 300), rng.randint(1, 100)) for _ in range(n_random)]
+    check_function(fn, window_keep, cases, name="window_mask", params=("n", "budget"), convert=_mask,
+                   compare=_same_mask, hint="positions n - budget .. n - 1 (all of them when n <= budget) (lesson 06, section 2).")
+
+
+def sinks_mask(fn, seed: int = 2, n_random: int = 20) -> None:
+    """Exercise 1b: keep the first ``sinks`` tokens and the most recent ``budget - sinks``."""
+    rng = random.Random(seed)
+    cases = [(20, 8, 4), (6, 8, 4), (10, 5, 1), (12, 6, 0)]
+    cases += [(rng.randint(0, 300), b, rng.randint(0, b - 1)) for b in (rng.randint(2, 100) for _ in range(n_random))]
+
+    def diagnose(args, expected, got):
+        n, budget, sinks = args
+        if got.shape == (n,) and int(got.sum()) > min(n, budget):
+            return f"the mask keeps {int(got.sum())} tokens, more than the budget of {budget}: the window is budget - sinks long"
+        return None
+    check_function(fn, sinks_keep, cases, name="sinks_mask", params=("n", "budget", "sinks"), convert=_mask,
+                   compare=_same_mask, diagnose=diagnose,
+                   hint="keep positions 0 .. sinks - 1 and the budget - sinks most recent ones (lesson 06, section 2).")
+
+
+def _heavy_cases(seed: int, n_random: int) -> list[tuple]:
+    rng = np.random.default_rng(seed)
+    cases = [(torch.tensor([5.0, 1, 9, 0, 3, 2, 1, 0]), 4, 2), (torch.tensor([1.0, 2, 3]), 8, 4),
+             (torch.tensor([0.5, 0.1, 0.9, 0.2, 0.8, 0.3]), 4, 0), (torch.tensor([0.5, 0.1, 0.9, 0.2, 0.8, 0.3]), 4, 4)]
+    for _ in range(n_random):
+        n, budget = int(rng.integers(1, 200)), int(rng.integers(1, 80))
+        cases.append((torch.from_numpy(rng.permutation(n).astype(np.float32)), budget, int(rng.integers(0, budget + 1))))
+    return cases
+
+
+def heavy_mask(fn, seed: int = 3, n_random: int = 20) -> None:
+    """Exercise 1c: the ``recent`` newest tokens plus the highest-scoring older ones, ``budget`` in all."""
+    def diagnose(args, expected, got):
+        scores, budget, recent = args
+        if got.shape == tuple(scores.shape) and int(got.sum()) == int(expected.sum()):
+            return ("the right number of tokens but not the right ones: the heavy hitters are the highest scores "
+                    "among the tokens outside the recent window")
+        return None
+    check_function(fn, lambda scores, budget, recent: heavy_keep(scores, budget, recent), _heavy_cases(seed, n_random),
+                   name="heavy_mask", params=("scores", "budget", "recent"), convert=_mask, compare=_same_mask,
+                   diagnose=diagnose,
+                   hint="keep the recent newest tokens; fill the rest of the budget with the older tokens of highest "
+                        "score (torch.topk); scores are distinct in these cases (lesson 06, section 2).")
+
+
+def memory_ceiling(fn, seed: int = 4, n_random: int = 20) -> None:
+    """Exercise 2: the most bytes a policy's cache holds over a sequence of n tokens."""
+    rng = random.Random(seed)
+    cases = [("full", 512, 64, 131072), ("window", 512, 64, 131072), ("sinks", 40, 64, 1000), ("heavy", 100, 256, 2)]
+    cases += [(rng.choice(["full", "window", "sinks", "heavy"]), rng.randint(1, 10**5), rng.randint(1, 4096),
+               rng.randint(1, 10**6)) for _ in range(n_random)]
+
+    def reference(policy, n, budget, bytes_per_token):
+        return (n if policy == "full" else min(n, budget)) * bytes_per_token
+
+    def diagnose(args, expected, got):
+        policy, n, budget, per_token = args
+        if policy != "full" and got == budget * per_token and n < budget:
+            return "a sequence shorter than the budget holds only its own tokens"
+        if policy == "full" and got == min(n, budget) * per_token:
+            return "the full cache keeps every token: the budget does not apply"
+        return None
+    check_function(fn, reference, cases, name="memory_ceiling", params=("policy", "n", "budget", "bytes_per_token"),
+                   diagnose=diagnose,
+                   hint="full: all n tokens; window, sinks and heavy hitters: at most budget tokens, and never more "
+                        "than the n that exist (lesson 06, section 4).")
+
+
+def _quality_cases(seed: int, n_random: int) -> list[tuple]:
+    rng = np.random.default_rng(seed)
+    cases = []
+    for n, vocab in [(4, 3), (10, 257), (1, 5)] + [(int(rng.integers(1, 60)), int(rng.integers(2, 300))) for _ in range(n_random)]:
+        full = rng.normal(size=(n, vocab))
+        policy = full + rng.normal(0, 0.5, size=(n, vocab))
+        cases.append((policy, full, rng.integers(0, vocab, n)))
+    return cases
+
+
+def _quality_reference(policy_logits, full_logits, targets):
+    shifted = policy_logits - policy_logits.max(axis=1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    loss = float(-log_probs[np.arange(len(targets)), targets].mean())
+    agreement = float((policy_logits.argmax(axis=1) == full_logits.argmax(axis=1)).mean())
+    return loss, agreement
+
+
+def quality(fn, seed: int = 5, n_random: int = 20) -> None:
+    """Exercise 3: loss of a policy's logits on the targets, and agreement with the full cache."""
+    def convert(value):
+        if not isinstance(value, (tuple, list)) or len(value) != 2:
+            raise WrongType(f"{value!r}; expected a pair (loss, agreement)")
+        try:
+            return float(value[0]), float(value[1])
+        except (TypeError, ValueError):
+            raise WrongType(f"{value!r}; expected two numbers") from None
+
+    def compare(expected, got, args):
+        if all(math.isclose(e, g, rel_tol=1e-7, abs_tol=1e-9) for e, g in zip(expected, got)):
+            return None
+        return f"returned (loss, agreement) = {got!r}, expected {expected!r}"
+    check_function(fn, _quality_reference, _quality_cases(seed, n_random), name="quality",
+                   params=("policy_logits", "full_logits", "targets"), convert=convert, compare=compare,
+                   hint="loss = mean over positions of -log softmax(policy_logits)[target] (subtract each row's max "
+                        "first); agreement = share of rows whose argmax matches full_logits' (lesson 06, section 4).")
+
+

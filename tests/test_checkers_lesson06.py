@@ -1,0 +1,98 @@
+"""The lesson 06 checkers: right answers pass with one line, typical mistakes get named."""
+
+import numpy as np
+import pytest
+
+from helpers.checks import lesson06 as check
+
+
+def good_window(n, budget):
+    return np.arange(n) >= n - budget
+
+
+def good_sinks(n, budget, sinks):
+    return (np.arange(n) < sinks) | good_window(n, budget - sinks)
+
+
+def good_heavy(scores, budget, recent):
+    scores = np.asarray(scores)
+    keep = good_window(len(scores), recent) if recent else np.zeros(len(scores), dtype=bool)
+    older = np.flatnonzero(~keep)
+    room = min(budget - int(keep.sum()), len(older))
+    if room > 0:
+        keep[older[np.argsort(-scores[older])[:room]]] = True
+    return keep
+
+
+def good_ceiling(policy, n, budget, per_token):
+    return (n if policy == "full" else min(n, budget)) * per_token
+
+
+def good_quality(policy_logits, full_logits, targets):
+    shifted = policy_logits - policy_logits.max(axis=1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    return float(-log_probs[np.arange(len(targets)), targets].mean()), float(
+        (policy_logits.argmax(1) == full_logits.argmax(1)).mean())
+
+
+def test_right_answers_pass_with_one_deterministic_line(capsys):
+    for _ in range(2):
+        check.window_mask(good_window)
+        check.sinks_mask(good_sinks)
+        check.heavy_mask(good_heavy)
+        check.memory_ceiling(good_ceiling)
+        check.quality(good_quality)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:5] == ["window_mask: all 25 cases correct.", "sinks_mask: all 24 cases correct.",
+                         "heavy_mask: all 24 cases correct.", "memory_ceiling: all 24 cases correct.",
+                         "quality: all 23 cases correct."]
+    assert lines[5:] == lines[:5]
+
+
+def test_window_off_by_one_names_the_positions():
+    with pytest.raises(AssertionError, match=r"window_mask\(n=10, budget=4\) kept positions \[5, 6, 7, 8, 9\], "
+                                             r"expected \[6, 7, 8, 9\]"):
+        check.window_mask(lambda n, budget: np.arange(n) >= n - budget - 1)
+
+
+def test_mask_of_integers_is_a_type_error_message():
+    with pytest.raises(AssertionError, match="expected booleans"):
+        check.window_mask(lambda n, budget: (np.arange(n) >= n - budget).astype(int))
+
+
+def test_sinks_with_a_full_length_window_exceeds_the_budget():
+    with pytest.raises(AssertionError, match="more than the budget"):
+        check.sinks_mask(lambda n, budget, sinks: (np.arange(n) < sinks) | good_window(n, budget))
+
+
+def test_heavy_hitters_chosen_among_all_tokens():
+    def wrong(scores, budget, recent):  # picks the top scores without excluding the recent window
+        scores = np.asarray(scores)
+        keep = good_window(len(scores), recent) if recent else np.zeros(len(scores), dtype=bool)
+        top = np.argsort(-scores)[: max(0, min(budget, len(scores)) - int(keep.sum()))]
+        keep[top] = True
+        return keep
+
+    with pytest.raises(AssertionError, match="heavy_mask"):
+        check.heavy_mask(wrong)
+
+
+def test_memory_ceiling_mistakes():
+    with pytest.raises(AssertionError, match="shorter than the budget holds only its own tokens"):
+        check.memory_ceiling(lambda policy, n, budget, per_token: (n if policy == "full" else budget) * per_token)
+    with pytest.raises(AssertionError, match="the budget does not apply"):
+        check.memory_ceiling(lambda policy, n, budget, per_token: min(n, budget) * per_token)
+
+
+def test_quality_unstable_or_wrong():
+    with pytest.raises(AssertionError, match=r"returned \(loss, agreement\)"):
+        check.quality(lambda p, f, t: (good_quality(p, f, t)[0], 1.0))
+
+
+def test_unanswered_exercise_says_so():
+    def blank(*args):
+        raise NotImplementedError()
+
+    for checker in (check.window_mask, check.sinks_mask, check.heavy_mask, check.memory_ceiling, check.quality):
+        with pytest.raises(NotImplementedError, match="not answered yet"):
+            checker(blank)

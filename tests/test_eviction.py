@@ -1,0 +1,129 @@
+"""Eviction policies: budgets respected, promises kept, and no change when the budget is large."""
+
+
+import pytest
+import torch
+
+from helpers.eviction import POLICIES, EvictingCache, evaluate, heavy_keep, kept_history, sinks_keep, window_keep
+from helpers.llama import LlamaConfig, LlamaForCausalLM
+
+CONFIG = LlamaConfig(n_layers=2, hidden=32, n_heads=4, n_kv_heads=2, head_dim=8, intermediate=64, max_positions=128)
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return LlamaForCausalLM(CONFIG).eval()
+
+
+@pytest.fixture(scope="module")
+def ids():
+    return torch.randint(0, 256, (1, 48), generator=torch.Generator().manual_seed(1))
+
+
+# ---- keep-masks --------------------------------------------------------------------------
+@pytest.mark.parametrize("n, budget", [(0, 4), (3, 8), (8, 8), (10, 4), (100, 1)])
+def test_window_keeps_the_most_recent(n, budget):
+    mask = window_keep(n, budget)
+    assert mask.tolist() == [i >= n - budget for i in range(n)]
+    assert int(mask.sum()) == min(n, budget)
+
+
+@pytest.mark.parametrize("n, budget, sinks", [(20, 8, 4), (6, 8, 4), (10, 5, 1), (12, 6, 0), (30, 5, 4)])
+def test_sinks_keep_the_first_tokens_and_a_window(n, budget, sinks):
+    mask = sinks_keep(n, budget, sinks)
+    assert int(mask.sum()) <= budget
+    assert mask[: min(sinks, n)].all()
+    window = budget - sinks
+    assert mask[max(0, n - window):].all()
+
+
+def test_sinks_budget_must_leave_a_window():
+    with pytest.raises(ValueError, match="must exceed sinks"):
+        sinks_keep(10, 4, 4)
+
+
+def test_heavy_keeps_recent_and_highest_scores():
+    scores = torch.tensor([5.0, 1, 9, 0, 3, 2, 1, 0])
+    mask = heavy_keep(scores, budget=4)  # recent = 2: positions 6, 7; then the top older: 2 (9) and 0 (5)
+    assert mask.nonzero().flatten().tolist() == [0, 2, 6, 7]
+    assert heavy_keep(scores, 4, recent=0).nonzero().flatten().tolist() == [0, 2, 4, 5]
+    assert heavy_keep(scores, 20).all()
+    with pytest.raises(ValueError, match="recent"):
+        heavy_keep(scores, 4, recent=5)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5])
+def test_masks_reject_bad_budgets(bad):
+    with pytest.raises(ValueError, match="budget"):
+        window_keep(10, bad)
+
+
+# ---- the cache in the decode loop ----------------------------------------------------------
+@pytest.mark.parametrize("policy", ["window", "sinks", "heavy", "merge"])
+@pytest.mark.parametrize("budget", [8, 16])
+def test_policies_never_exceed_their_budget(model, ids, policy, budget):
+    cache = EvictingCache(CONFIG, policy, budget, capacity=budget + 1)
+    with torch.no_grad():
+        for t in range(ids.shape[1]):
+            model(ids[:, t:t + 1], cache)
+            assert cache.length <= budget
+            assert cache.position == t + 1  # absolute positions keep counting
+            held = cache.kept_positions[: cache.length].tolist()
+            assert held == sorted(held) and len(set(held)) == len(held)
+            if policy in ("sinks", "merge") and t >= 4:
+                assert held[:4] == [0, 1, 2, 3]  # the sinks stay
+            if policy == "window":
+                assert held == list(range(max(0, t + 1 - budget), t + 1))  # exactly the most recent
+            if policy == "sinks":
+                assert held[4:] == list(range(max(4, t + 1 - (budget - 4)), t + 1))
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_budget_as_long_as_the_sequence_equals_the_full_cache(model, ids, policy):
+    full = evaluate(model, ids, "full", ids.shape[1])
+    result = evaluate(model, ids, policy, ids.shape[1])
+    assert result["loss"] == full["loss"] and result["agreement"] == 1.0
+
+
+def test_full_cache_matches_one_forward_pass(model, ids):
+    with torch.no_grad():
+        reference = model(ids)[0, :-1]
+        cache = EvictingCache(CONFIG, "full", 4, capacity=ids.shape[1])
+        stepwise = torch.stack([model(ids[:, t:t + 1], cache)[0, -1] for t in range(ids.shape[1] - 1)])
+    assert torch.allclose(stepwise, reference, atol=1e-5)
+
+
+def test_int8_old_quantizes_only_tokens_outside_the_recent_window(model, ids):
+    cache = EvictingCache(CONFIG, "int8_old", 10, capacity=ids.shape[1])
+    with torch.no_grad():
+        for t in range(30):
+            model(ids[:, t:t + 1], cache)
+    assert cache.length == 30
+    assert cache.quantized[:20].all() and not cache.quantized[20:].any()
+    float_bytes = 2 * 2 * 2 * 8 * 4  # layers x K,V x kv_heads x head_dim x 4 bytes
+    int8_bytes = 2 * 2 * 2 * (8 + 4)
+    assert cache.stored_bytes() == 10 * float_bytes + 20 * int8_bytes
+
+
+def test_compacted_positions_are_the_documented_mistake(model, ids):
+    right = evaluate(model, ids, "window", 8)
+    wrong = evaluate(model, ids, "window", 8, compact_positions=True)
+    assert right["agreement"] != wrong["agreement"] or right["loss"] != wrong["loss"]
+
+
+def test_kept_history_records_the_kept_positions(model, ids):
+    history = kept_history(model, ids[:, :20], "window", 5)
+    assert history.shape == (19, 20)
+    assert history[-1].nonzero().flatten().tolist() == list(range(14, 19))
+    int8 = kept_history(model, ids[:, :20], "int8_old", 5)
+    assert set(int8[-1].tolist()) == {0, 1, 2} and (int8[-1][:14] == 2).all()
+
+
+def test_bad_policies_are_refused():
+    with pytest.raises(ValueError, match="policy must be one of"):
+        EvictingCache(CONFIG, "random", 8, capacity=9)
+    with pytest.raises(ValueError, match="must exceed sinks"):
+        EvictingCache(CONFIG, "sinks", 4, capacity=5)
+    with pytest.raises(ValueError, match="budget"):
+        EvictingCache(CONFIG, "window", 0, capacity=5)
