@@ -9,6 +9,21 @@ One module per concept:
 - ``mla``: multi-head latent attention: the latent cache, expanded on use or absorbed.
 - ``kv_quant``: int8 and float8 storage of keys and values, scales, and the errors they cause.
 - ``cache_shrink_panel``: the lesson 02 panel (layout and storage -> cache size and error).
+- ``flash``: attention without the n x n table: naive vs tiled (FlashAttention Algorithm 1), merging
+  partial results, and the HBM traffic of each.
+- ``online_softmax_panel``, ``tiling_panel``: the lesson 03 panels.
+- ``measure``: peak memory and best wall time of a call.
+- ``llama``: the Llama-style decoder in torch, its KV cache, generation, checkpoint loading.
+- ``text_data``: the byte-level text (standard-library docstrings) the model learns from.
+- ``step_cost``: FLOPs and bytes of a forward step; arithmetic intensity.
+- ``decode_timing``: timing generation step by step; fitting scaling exponents.
+- ``decode_panel``: the lesson 04 panel.
+- ``roofline``: chips, the roofline, the decode ceiling, the batch that fits.
+- ``paged_kv``: the paged KV allocator (blocks, free list, block tables, copy-on-write).
+- ``serving_sim``: a seeded serving workload and the memory each reservation scheme wastes.
+- ``serving_panel``: the lesson 05 panel.
+- ``eviction``: eviction and compression policies and a cache that applies them.
+- ``eviction_panel``: the lesson 06 panel.
 - ``panel_output``: how every panel shows a redrawn figure.
 - ``checks``: the exercise checkers (``checks.core`` holds the shared machinery).
 """

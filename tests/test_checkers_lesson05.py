@@ -86,7 +86,7 @@ def test_waste_paged_without_rounding_up():
 
 
 def test_waste_not_a_pair():
-    with pytest.raises(AssertionError, match=r"expected a pair \(contiguous, paged\) of fractions"):
+    with pytest.raises(AssertionError, match=r"expected a tuple of 2 fractions \(contiguous, paged\)"):
         check.waste(lambda lengths, b, r: good_waste(lengths, b, r)[0])
 
 

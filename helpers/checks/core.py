@@ -46,6 +46,40 @@ def as_int_pair(value: Any) -> tuple[int, int]:
         raise WrongType(f"a pair holding {problem}") from None
 
 
+def as_numbers(count: int, names: str = "numbers"):
+    """A converter to a tuple of ``count`` items: plain floats, or float64 arrays for array items."""
+    def convert(value: Any) -> tuple:
+        if not isinstance(value, (tuple, list)) or len(value) != count:
+            raise WrongType(f"{value!r}; expected a tuple of {count} {names}")
+        try:
+            return tuple(float(v) if np.ndim(v) == 0 else np.asarray(v, dtype=np.float64) for v in value)
+        except (TypeError, ValueError):
+            raise WrongType(f"{value!r}; expected {names}") from None
+    return convert
+
+
+def as_float(value: Any) -> float:
+    """``value`` as a plain float; WrongType when it is not a number."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise WrongType(f"{value!r}; expected a number") from None
+
+
+def close(rel_tol: float = 1e-9, abs_tol: float = 1e-12):
+    """A comparison: equal within tolerances, item by item for tuples (numbers or arrays)."""
+    def compare(expected: Any, got: Any, args: tuple) -> str | None:
+        pairs = zip(expected, got) if isinstance(expected, tuple) else [(expected, got)]
+        for index, (e, g) in enumerate(pairs):
+            if np.shape(e) != np.shape(g):
+                return f"returned item {index} of shape {np.shape(g)}, expected shape {np.shape(e)}"
+            if not np.allclose(g, e, rtol=rel_tol, atol=abs_tol):
+                which = f" (item {index} differs)" if isinstance(expected, tuple) else ""
+                return f"returned {_short(got)}, expected {_short(expected)}{which}"
+        return None
+    return compare
+
+
 def _innermost_function(error: BaseException) -> str:
     tb = error.__traceback__
     while tb.tb_next is not None:

@@ -10,29 +10,9 @@ import random
 
 import numpy as np
 
-from helpers.checks.core import WrongType, as_int_pair, check_function
+from helpers.checks.core import WrongType, as_int_pair, as_numbers, check_function, close
 from helpers.flash import flash_blocks, flash_traffic, naive_attention, standard_traffic
 from helpers.measure import peak_bytes
-
-
-def _floats(count: int):
-    def convert(value):
-        if not isinstance(value, (tuple, list)) or len(value) != count:
-            raise WrongType(f"{value!r}; expected a tuple of {count} values")
-        try:
-            return tuple(float(v) if np.ndim(v) == 0 else np.asarray(v, dtype=np.float64) for v in value)
-        except (TypeError, ValueError):
-            raise WrongType(f"{value!r}; expected numbers") from None
-    return convert
-
-
-def _close(expected, got, args) -> str | None:
-    for index, (e, g) in enumerate(zip(expected, got)):
-        if np.shape(e) != np.shape(g):
-            return f"returned item {index} of shape {np.shape(g)}, expected shape {np.shape(e)}"
-        if not np.allclose(g, e, rtol=1e-9, atol=1e-12, equal_nan=False):
-            return f"returned {got!r}, expected {expected!r} (item {index} differs)"
-    return None
 
 
 # ---- exercise 1 ------------------------------------------------------------------------
@@ -57,7 +37,7 @@ def online_update(fn, seed: int = 1, n_random: int = 20) -> None:
             return "exp overflowed: subtract the new maximum before exponentiating"
         return None
     check_function(fn, _update_reference, cases, name="online_update", params=("m", "l", "scores"),
-                   convert=_floats(2), compare=_close, diagnose=diagnose,
+                   convert=as_numbers(2), compare=close(), diagnose=diagnose,
                    hint="m_new = max(m, max(scores)); l_new = l * exp(m - m_new) + sum(exp(scores - m_new)) "
                         "(lesson 03, section 3).")
 
@@ -85,7 +65,7 @@ def merge_states(fn, seed: int = 2, n_random: int = 20) -> None:
             return "the two outputs are averaged equally: weight each by its rescaled sum l * exp(m_part - m)"
         return None
     check_function(fn, _merge_reference, cases, name="merge_states",
-                   params=("m_a", "l_a", "o_a", "m_b", "l_b", "o_b"), convert=_floats(3), compare=_close,
+                   params=("m_a", "l_a", "o_a", "m_b", "l_b", "o_b"), convert=as_numbers(3), compare=close(),
                    diagnose=diagnose,
                    hint="m = max(m_a, m_b); w = l * exp(m_part - m) for each part; l = w_a + w_b; "
                         "o = (w_a o_a + w_b o_b) / l (lesson 03, section 7).")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import random
 
-from helpers.checks.core import WrongType, as_int, check_function
+from helpers.checks.core import WrongType, as_float, as_int, as_numbers, check_function, close
 from helpers.paged_kv import BlockAllocator
 
 
@@ -35,21 +35,6 @@ def _waste_reference(lengths, block_size, reserve):
     return 1 - tokens / (reserve * len(lengths)), 1 - tokens / paged
 
 
-def _two_floats(value):
-    if not isinstance(value, (tuple, list)) or len(value) != 2:
-        raise WrongType(f"{value!r}; expected a pair (contiguous, paged) of fractions")
-    try:
-        return float(value[0]), float(value[1])
-    except (TypeError, ValueError):
-        raise WrongType(f"{value!r}; expected two numbers") from None
-
-
-def _close_pair(expected, got, args):
-    if all(math.isclose(e, g, rel_tol=1e-9, abs_tol=1e-12) for e, g in zip(expected, got)):
-        return None
-    return f"returned {got!r}, expected {expected!r}"
-
-
 def waste(fn, seed: int = 2, n_random: int = 20) -> None:
     """Exercise 2: the share of reserved slots that hold no token, contiguous and paged."""
     rng = random.Random(seed)
@@ -62,7 +47,7 @@ def waste(fn, seed: int = 2, n_random: int = 20) -> None:
             return "that is the share that holds tokens; waste is 1 minus it"
         return None
     check_function(fn, _waste_reference, cases, name="waste", params=("lengths", "block_size", "reserve"),
-                   convert=_two_floats, compare=_close_pair, diagnose=diagnose,
+                   convert=as_numbers(2, "fractions (contiguous, paged)"), compare=close(), diagnose=diagnose,
                    hint="waste = 1 - tokens / reserved slots; contiguous reserves `reserve` slots per sequence, "
                         "paged holds ceil(n / block_size) * block_size slots (lesson 05, section 4).")
 
@@ -134,15 +119,6 @@ def decode_ceiling(fn, seed: int = 4, n_random: int = 20) -> None:
     cases += [(rng.choice([89.6e9, 1.555e12, 2.039e12, 3.35e12, 4.8e12]), rng.randint(10**8, 10**12),
                rng.randint(1000, 10**6), rng.randint(1, 131072), rng.randint(1, 256)) for _ in range(n_random)]
 
-    def convert(value):
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise WrongType(f"{value!r}; expected a number of tokens per second") from None
-
-    def compare(expected, got, args):
-        return None if math.isclose(got, expected, rel_tol=1e-9) else f"returned {got!r}, expected {expected!r}"
-
     def diagnose(args, expected, got):
         bandwidth, weights, per_token, context, batch = args
         if math.isclose(got, bandwidth / (weights + batch * context * per_token), rel_tol=1e-9):
@@ -152,7 +128,7 @@ def decode_ceiling(fn, seed: int = 4, n_random: int = 20) -> None:
         return None
     check_function(fn, _ceiling_reference, cases, name="decode_ceiling",
                    params=("bandwidth", "weight_bytes", "cache_bytes_per_token", "context", "batch"),
-                   convert=convert, compare=compare, diagnose=diagnose,
+                   convert=as_float, compare=close(), diagnose=diagnose,
                    hint="bytes per step = weights (once) + batch x context x cache bytes per token; tokens/s = "
                         "batch x bandwidth / bytes per step (lesson 05, section 1).")
 

@@ -11,7 +11,7 @@ import random
 import numpy as np
 import torch
 
-from helpers.checks.core import WrongType, check_function
+from helpers.checks.core import WrongType, as_numbers, check_function, close
 from helpers.eviction import heavy_keep, sinks_keep, window_keep
 
 
@@ -126,20 +126,9 @@ def _quality_reference(policy_logits, full_logits, targets):
 
 def quality(fn, seed: int = 5, n_random: int = 20) -> None:
     """Exercise 3: loss of a policy's logits on the targets, and agreement with the full cache."""
-    def convert(value):
-        if not isinstance(value, (tuple, list)) or len(value) != 2:
-            raise WrongType(f"{value!r}; expected a pair (loss, agreement)")
-        try:
-            return float(value[0]), float(value[1])
-        except (TypeError, ValueError):
-            raise WrongType(f"{value!r}; expected two numbers") from None
-
-    def compare(expected, got, args):
-        if all(math.isclose(e, g, rel_tol=1e-7, abs_tol=1e-9) for e, g in zip(expected, got)):
-            return None
-        return f"returned (loss, agreement) = {got!r}, expected {expected!r}"
     check_function(fn, _quality_reference, _quality_cases(seed, n_random), name="quality",
-                   params=("policy_logits", "full_logits", "targets"), convert=convert, compare=compare,
+                   params=("policy_logits", "full_logits", "targets"), convert=as_numbers(2, "numbers (loss, agreement)"),
+                   compare=close(rel_tol=1e-7, abs_tol=1e-9),
                    hint="loss = mean over positions of -log softmax(policy_logits)[target] (subtract each row's max "
                         "first); agreement = share of rows whose argmax matches full_logits' (lesson 06, section 4).")
 
