@@ -2,8 +2,8 @@
 
 Runs inside a real Jupyter kernel (through nbclient), so each redraw goes through the full
 path: the widget's observers, interactive_output, the drawing function, the PNG the panel
-renders, and its display into the output widget. Moves three controls of each panel 20 times
-in turn and prints the median and the slowest redraw.
+renders, and its display into the output widget. Moves controls of each panel 20 times in turn
+and prints the median and the slowest redraw.
 
     python -m benchmarks.widget_redraw
 """
@@ -45,21 +45,60 @@ layout = panel.children[0]
 steps = [lambda i: (layout, LAYOUTS[(i // 3 + 1) % len(LAYOUTS)]), lambda i: (storage, list(STORAGE)[(i // 3 + 1) % 4]),
          lambda i: (context, CONTEXTS[(i // 3) % len(CONTEXTS)])]
 """,
+    "lesson 03 (online softmax step-through)": """
+from helpers.online_softmax_panel import online_softmax_panel
+panel = online_softmax_panel()
+display(panel)
+block, step = panel.children[0].children
+steps = [lambda i: (step, (i // 2) % 5), lambda i: (step, 4 - (i // 2) % 5)]
+""",
+    "lesson 03 (tiling)": """
+from helpers.tiling_panel import tiling_panel, LENGTHS, SRAM_KIB
+panel = tiling_panel()
+display(panel)
+(n, d, sram), (block_q, block_k, causal) = (w.children for w in panel.children[0].children)
+steps = [lambda i: (n, LENGTHS[(i // 3) % len(LENGTHS)]), lambda i: (sram, SRAM_KIB[(i // 3) % len(SRAM_KIB)]),
+         lambda i: (causal, bool(i % 2))]
+""",
+    "lesson 04 (decode)": """
+import torch
+from helpers.decode_panel import decode_panel
+from helpers.llama import load_course_model
+from helpers.text_data import encode
+model, _ = load_course_model()
+panel = decode_panel(model, torch.tensor([encode("Return the")]), new_tokens=48)
+display(panel)
+slider = panel.children[0]
+steps = [lambda i: (slider, (7 * i + 3) % 48)]
+""",
+    "lesson 05 (serving)": """
+from helpers.serving_panel import serving_panel, BATCHES, CONTEXTS, BLOCKS
+panel = serving_panel()
+display(panel)
+(model, chip, cache), (batch, context, block) = (w.children for w in panel.children[0].children)
+steps = [lambda i: (batch, BATCHES[(i // 3) % len(BATCHES)]), lambda i: (context, CONTEXTS[(i // 3) % len(CONTEXTS)]),
+         lambda i: (block, BLOCKS[(i // 3 + 1) % len(BLOCKS)])]
+""",
+    "lesson 06 (eviction)": """
+from helpers.eviction_panel import eviction_panel, PANEL_POLICIES, PANEL_BUDGETS
+panel = eviction_panel()
+display(panel)
+policy, budget = panel.children[0], panel.children[1]
+steps = [lambda i: (policy, PANEL_POLICIES[(i // 2 + 1) % len(PANEL_POLICIES)]),
+         lambda i: (budget, PANEL_BUDGETS[(i // 2) % len(PANEL_BUDGETS)])]
+""",
 }
 
 
-def time_panel(setup: str) -> list[float]:
-    """Seconds per redraw, measured in a fresh kernel, sorted."""
-    cell = "%matplotlib inline\n" + setup + TIMER
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)])
-    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
-    stream = "".join(o.get("text", "") for o in nb.cells[0].outputs if o.output_type == "stream")
-    return sorted(json.loads(stream.strip().splitlines()[-1]))
-
-
 def main() -> None:
-    for name, setup in PANELS.items():
-        moves = time_panel(setup)
+    """All panels in one kernel: one cell per panel, each printing its sorted redraw times."""
+    cells = [nbformat.v4.new_code_cell("%matplotlib inline")]
+    cells += [nbformat.v4.new_code_cell(setup + TIMER) for setup in PANELS.values()]
+    nb = nbformat.v4.new_notebook(cells=cells)
+    NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+    for name, cell in zip(PANELS, nb.cells[1:]):
+        stream = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+        moves = sorted(json.loads(stream.strip().splitlines()[-1]))
         print(f"{name} panel, {len(moves)} control moves in a Jupyter kernel (full redraw, PNG rendered): "
               f"median {1000 * moves[len(moves) // 2]:.0f} ms, slowest {1000 * moves[-1]:.0f} ms")
 
