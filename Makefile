@@ -1,6 +1,8 @@
 # The course's commands. Each creates the environment (.venv) first when it is missing.
 #   make lab         open the course in JupyterLab
-#   make test        run every check (what CI runs)
+#   make test        run every check but the browser's (CI runs this, then browser-test)
+#   make browser-test the course in headless Chromium: JupyterLab and the static site
+#   make site        build the static HTML site into site/
 #   make exercises   regenerate exercises/ from solutions/ (instructors)
 #   make notebooks   re-execute lessons and solutions, storing their outputs (authors)
 #   make grade SUBMISSIONS=path OUT=dir   grade submitted notebooks into a gradebook
@@ -11,7 +13,7 @@ BIN := $(VENV)/bin
 KERNEL := kv-course
 NOTEBOOKS := $(wildcard notebooks/*.ipynb) $(wildcard solutions/*.ipynb)
 
-.PHONY: lab test exercises notebooks grade benchmark clean
+.PHONY: lab test browser-test site exercises notebooks grade benchmark clean
 
 # Student install: the pinned course packages and helpers (editable).
 $(VENV)/.installed: pyproject.toml
@@ -43,6 +45,20 @@ test: $(VENV)/.test
 	$(BIN)/python -m pytest -n 2 --dist loadscope \
 		--nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 		tests notebooks solutions
+
+$(VENV)/.browser: $(VENV)/.test
+	$(BIN)/python -m pip install --quiet -e ".[instructor,reference,browser]"
+	touch $@
+
+# Needs Debian's chromium; installs it when missing and allowed to (root, as in CI).
+browser-test: $(VENV)/.browser
+	command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium) \
+		|| { echo "install Debian's chromium (sudo apt-get install chromium), then run make browser-test again"; exit 1; }
+	$(BIN)/python -m ipykernel install --user --name $(KERNEL) --display-name "Python (KV course)"
+	$(BIN)/python -m pytest -p no:cacheprovider tests_browser
+
+site: $(VENV)/.installed
+	$(BIN)/python -m tools.site
 
 exercises: $(VENV)/.instructor
 	$(BIN)/python -m tools.exercises

@@ -1,0 +1,185 @@
+"""The course where students meet it: JupyterLab in a real browser, and the static site.
+
+Run with ``make browser-test`` (it installs Playwright for Python and Debian's chromium first).
+JupyterLab starts on a free local port; headless Chromium opens each lesson, runs all its
+cells, and checks that no cell shows an error, that every widget panel renders as widgets (not
+as text), and that moving a panel's first slider changes its plot. Screenshots of each panel go
+to ``test-artifacts/browser/``. The static site is built and each page is opened from a local
+HTTP server: it must load with the figures its notebook stores.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import http.server
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+from playwright.sync_api import sync_playwright
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts" / "browser"
+LESSONS = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", "--no-first-run"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(url: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError(f"{url} did not answer within {seconds:.0f} s")
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"no Chromium at {CHROMIUM}: run `make browser-test`, which installs Debian's chromium")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        instance = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield instance
+        instance.close()
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory):
+    """JupyterLab serving the course on a free port; yields its base URL."""
+    port = _free_port()
+    command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
+               "--ServerApp.token=", "--ServerApp.password=", f"--ServerApp.root_dir={ROOT}"]
+    if os.geteuid() == 0:
+        command.append("--allow-root")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    log = open(ARTIFACTS / "jupyterlab.log", "w")
+    settings = tmp_path_factory.mktemp("lab-settings")
+    # Render every cell (JupyterLab otherwise renders only the cells in view) and skip the news prompt.
+    for name, value in (("notebook-extension/tracker", '{"windowingMode": "none"}'),
+                        ("apputils-extension/notification", '{"fetchNews": "false"}')):
+        path = settings / "@jupyterlab" / f"{name}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(value)
+    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(settings),
+           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path_factory.mktemp("lab-workspaces"))}  # no tabs from earlier sessions
+    server = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        _wait_for(f"http://127.0.0.1:{port}/api/status", 60)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        try:
+            server.wait(15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+def _run_all_and_wait(page) -> None:
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_text("Run All Cells", exact=True).click()
+    # Every code cell shows a number once it has run; "[*]" while it waits or runs.
+    page.wait_for_function(
+        """() => {
+            const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(e => e.textContent);
+            return prompts.length > 0 && prompts.every(t => /\\[\\d+\\]/.test(t));
+        }""", timeout=180_000, polling=500)
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_lesson_runs_in_jupyterlab_with_live_widgets(browser, lab, lesson):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(f"{lab}/lab/tree/notebooks/{lesson}?reset")  # this notebook alone
+        page.wait_for_selector(".jp-Notebook", timeout=60_000)
+        page.get_by_text("Python (KV course) | Idle").wait_for(timeout=60_000)  # the course kernel has started
+        _run_all_and_wait(page)
+        errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+        assert errors.count() == 0, f"{lesson}: a cell shows an error:\n{errors.first.inner_text()[:2000]}"
+        page.wait_for_selector(".noUi-handle", timeout=60_000)
+        handles = page.locator(".noUi-handle")
+        text_outputs = " ".join(page.locator(".jp-OutputArea-output pre").all_inner_texts())
+        assert "VBox(children" not in text_outputs and "interactive(children" not in text_outputs, \
+            f"{lesson}: a widget panel rendered as text (is the JupyterLab widgets extension installed?)"
+        handle = handles.first
+        handle.scroll_into_view_if_needed()
+        output = handle.locator("xpath=ancestor::div[contains(@class, 'jp-OutputArea-output')][1]")
+        output.locator("img").first.wait_for(timeout=30_000)
+        before = output.locator("img").last.get_attribute("src")
+        output.screenshot(path=str(ARTIFACTS / f"{Path(lesson).stem}-before.png"))
+        handle.focus()
+        page.keyboard.press("End")
+        page.wait_for_function(
+            """([el, old]) => { const imgs = el.querySelectorAll('img');
+                                return imgs.length && imgs[imgs.length - 1].getAttribute('src') !== old; }""",
+            arg=[output.element_handle(), before], timeout=30_000)
+        output.screenshot(path=str(ARTIFACTS / f"{Path(lesson).stem}-after.png"))
+    finally:
+        page.close()
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory):
+    """The static site, built and served over HTTP on a free port; yields its base URL."""
+    from tools import site as site_builder
+
+    out = tmp_path_factory.mktemp("site")
+    site_builder.build(out)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(out))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", _free_port()), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def _stored_pngs(path: Path) -> int:
+    nb = nbformat.read(path, as_version=4)
+    return sum(1 for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs
+               if "image/png" in o.get("data", {}) and base64.b64decode(o.data["image/png"])[:4] == b"\x89PNG")
+
+
+def test_static_site_index_links_every_page(browser, site):
+    page = browser.new_page()
+    try:
+        page.goto(f"{site}/index.html")
+        links = page.locator("a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
+        for folder in ("notebooks", "exercises", "solutions"):
+            for path in sorted((ROOT / folder).glob("*.ipynb")):
+                assert f"{folder}/{path.stem}.html" in links, f"the index does not link {folder}/{path.stem}"
+        page.screenshot(path=str(ARTIFACTS / "site-index.png"))
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_static_site_lesson_page_shows_its_figures(browser, site, lesson):
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    try:
+        response = page.goto(f"{site}/notebooks/{Path(lesson).stem}.html", wait_until="load")
+        assert response is not None and response.ok
+        loaded = page.locator("img").evaluate_all("els => els.filter(e => e.complete && e.naturalWidth > 0).length")
+        assert loaded >= _stored_pngs(ROOT / "notebooks" / lesson), f"{lesson}: some stored figures did not load"
+        assert "Static copy." in page.content()
+        page.screenshot(path=str(ARTIFACTS / f"site-{Path(lesson).stem}.png"))
+    finally:
+        page.close()
