@@ -74,7 +74,7 @@ class EvictingCache(KVCache):
     """
 
     def __init__(self, config: LlamaConfig, policy: str, budget: int, capacity: int, sinks: int = 4,
-                 compact_positions: bool = False):
+                 compact_positions: bool = False, sink_bias: float = 0.0):
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
         budget = positive_int("budget", budget)
@@ -88,6 +88,16 @@ class EvictingCache(KVCache):
         self.weights = torch.ones(0)  # tokens merged into each row (merge)
         self.quantized = torch.zeros(0, dtype=torch.bool)  # rows stored in int8 (int8_old)
         self.needs_attention = policy == "heavy"
+        self.sink_bias = float(sink_bias)
+
+    def score_bias(self, rows: int) -> torch.Tensor | None:
+        """The controlled experiment of lesson 06: add ``sink_bias`` to every score of the key at
+        absolute position 0 while it is held, making the first token a sink by construction."""
+        if not self.sink_bias:
+            return None
+        new = rows - self.length
+        positions = torch.cat([self.kept_positions[: self.length], torch.arange(self.position, self.position + new)])
+        return torch.where(positions == 0, self.sink_bias, 0.0)
 
     def advance(self, attention: list[torch.Tensor] | None = None) -> None:
         new = self._pending
@@ -163,16 +173,20 @@ class EvictingCache(KVCache):
 
 @torch.no_grad()
 def evaluate(model, ids: torch.Tensor, policy: str, budget: int, sinks: int = 4,
-             compact_positions: bool = False) -> dict:
+             compact_positions: bool = False, sink_bias: float = 0.0) -> dict:
     """Feed ``ids`` (1, n) one token at a time through an EvictingCache; compare each next-token
     prediction with the full cache's. Returns the mean loss (nats/token), the share of positions
     whose top prediction equals the full cache's, the most bytes held after a step (during a step
     one more token sits in the cache before the policy runs), and the wall seconds per step."""
     n = ids.shape[1]
-    full_logits = model(ids)[0]
+    if sink_bias:  # the reference is the same biased model with every token kept
+        reference = EvictingCache(model.config, "full", n, capacity=n, sink_bias=sink_bias)
+        full_logits = torch.cat([model(ids[:, t:t + 1], reference)[0] for t in range(n)])
+    else:
+        full_logits = model(ids)[0]
     keeps_all = policy in ("full", "int8_old")
     cache = EvictingCache(model.config, policy, budget, capacity=n if keeps_all else min(n, budget) + 1,
-                          sinks=sinks, compact_positions=compact_positions)
+                          sinks=sinks, compact_positions=compact_positions, sink_bias=sink_bias)
     logits, peak = [], 0
     start = time.perf_counter()
     for t in range(n - 1):

@@ -102,6 +102,11 @@ class KVCache:
 
     needs_attention = False  # a cache whose eviction policy scores tokens by attention sets this
 
+    def score_bias(self, rows: int) -> torch.Tensor | None:
+        """An additive bias for the attention scores of the ``rows`` cached keys (None: no bias).
+        A plain cache adds none; lesson 06's controlled experiment uses it."""
+        return None
+
     def advance(self, attention: list[torch.Tensor] | None = None) -> None:
         """Called after a full forward pass: the appended rows now count in every layer.
         ``attention`` (per layer, (batch, heads, new, length)) is for caches that evict by it."""
@@ -176,11 +181,16 @@ class Attention(nn.Module):
         group = c.n_heads // c.n_kv_heads
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # query head h reads K/V head h // group
         mask = causal_mask(n_new, k.shape[2], x.device)  # offset to the absolute positions
+        bias = cache.score_bias(k.shape[2]) if cache is not None else None  # (rows,) added to every score, or None
         if keep_weights:  # spelled out, to hand back the weights
             scores = (q @ k.transpose(-1, -2)) / math.sqrt(c.head_dim)
+            if bias is not None:
+                scores = scores + bias.to(scores.dtype)
             weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
             out = weights @ v
         else:  # the same softmax(q k^T / sqrt(d) + mask) v, by PyTorch's fused kernel (about 4x faster here)
+            if bias is not None:
+                mask = torch.where(mask, bias.to(q.dtype), torch.tensor(float("-inf"), dtype=q.dtype))
             weights, out = None, F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         out = out.transpose(1, 2).reshape(batch, n_new, c.n_heads * c.head_dim)
         return self.o_proj(out), weights

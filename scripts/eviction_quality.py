@@ -5,7 +5,8 @@
 For each policy and budget: mean loss (nats per byte) on held-out text fed one token at a time
 through an EvictingCache, agreement of the next-token prediction with the full cache's, the
 most bytes the cache held, and the time per step. Also where attention goes in the full-cache
-model (the share on the first token, to look for attention sinks). Writes
+model (the share on the first token, to look for attention sinks), and a controlled case where
+a bias added to the first token's scores makes it a sink by construction. Writes
 results/eviction_quality.json, which lesson 06 loads, with the positions each policy keeps
 step by step on a 128-token sequence (for the lesson's panel). About 5 minutes on 2 CPU cores.
 """
@@ -24,11 +25,12 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from helpers.eviction import evaluate, kept_history  # noqa: E402
+from helpers.eviction import EvictingCache, evaluate, kept_history  # noqa: E402
 from helpers.llama import load_course_model  # noqa: E402
 from helpers.text_data import BOS, split, stdlib_docstrings, token_stream  # noqa: E402
 
 BUDGETS = [32, 64, 128, 256]
+SINK_BIAS = 8.0  # the controlled case: added to every score of the first token's key
 POLICIES = ["window", "sinks", "heavy", "merge", "int8_old"]
 
 
@@ -47,11 +49,13 @@ def held_out_sequences(count: int, length: int) -> list[torch.Tensor]:
 
 
 @torch.no_grad()
-def attention_on_first(model, sequences, skip: int = 64) -> list[list[float]]:
-    """Mean attention weight on position 0, per layer and head, over queries at positions >= skip."""
+def attention_on_first(model, sequences, skip: int = 64, sink_bias: float = 0.0) -> list[list[float]]:
+    """Mean attention weight on position 0, per layer and head, over queries at positions >= skip
+    (with ``sink_bias``, of the controlled model: the bias is added through a full EvictingCache)."""
     per_head = []
     for ids in sequences:
-        model(ids, keep_attention=True)
+        cache = EvictingCache(model.config, "full", ids.shape[1], capacity=ids.shape[1], sink_bias=sink_bias)
+        model(ids, cache if sink_bias else None, keep_attention=True)
         per_head.append(torch.stack([w[0, :, skip:, 0].mean(dim=-1) for w in model.attention_weights]))
     return torch.stack(per_head).mean(0).tolist()
 
@@ -79,10 +83,17 @@ def main() -> None:
                         **{k: sum(s[k] for s in scores) / len(scores) for k in scores[0]}})
     histories = {f"{policy} {budget}": _pack(kept_history(model, sequences[0][:, :129], policy, budget))
                  for policy in POLICIES for budget in (16, 32, 64)}
+    controlled = []
+    for policy, budget in tqdm([(p, b) for b in (32, 64) for p in ("window", "sinks")], desc="controlled sink", unit="run"):
+        scores = [evaluate(model, ids, policy, budget, sink_bias=SINK_BIAS) for ids in sequences]
+        controlled.append({"policy": policy, "budget": budget,
+                           **{k: sum(s[k] for s in scores) / len(scores) for k in ("loss", "agreement")}})
     uniform = [sum(1 / (t + 1) for t in range(64, args.length)) / (args.length - 64)]
     out = {"model": summary["config"], "sequences": len(sequences), "length": args.length, "results": results,
            "attention_on_first_token": attention_on_first(model, sequences),
            "uniform_share_on_one_token": uniform[0], "kept_history_128": histories,
+           "controlled_sink": {"sink_bias": SINK_BIAS, "attention_on_first_token": attention_on_first(
+               model, sequences, sink_bias=SINK_BIAS), "results": controlled},
            "wall_seconds": round(time.time() - start)}
     path = ROOT / "results" / "eviction_quality.json"
     path.parent.mkdir(exist_ok=True)

@@ -127,3 +127,34 @@ def test_bad_policies_are_refused():
         EvictingCache(CONFIG, "sinks", 4, capacity=5)
     with pytest.raises(ValueError, match="budget"):
         EvictingCache(CONFIG, "window", 0, capacity=5)
+
+
+def test_sink_bias_is_added_to_the_first_token_only_while_it_is_held(model, ids):
+    plain = EvictingCache(CONFIG, "window", 8, capacity=9)
+    assert plain.score_bias(1) is None
+    biased = EvictingCache(CONFIG, "sinks", 8, capacity=9, sink_bias=5.0)
+    with torch.no_grad():
+        model(ids[:, :1], biased, keep_attention=True)
+        first = [w[0, :, -1, 0].mean() for w in model.attention_weights]
+        assert all(share == 1.0 for share in first)  # one key: all attention on it, bias or not
+        for t in range(1, 20):
+            model(ids[:, t:t + 1], biased)
+    assert biased.kept_positions[0] == 0
+    bias = biased.score_bias(biased.length + 1)
+    assert bias.tolist() == [5.0] + [0.0] * biased.length
+    window = EvictingCache(CONFIG, "window", 8, capacity=9, sink_bias=5.0)
+    with torch.no_grad():
+        for t in range(20):
+            model(ids[:, t:t + 1], window)
+    assert window.score_bias(window.length + 1).abs().sum() == 0  # the first token was evicted
+
+
+def test_sink_bias_draws_attention_and_keeps_full_agreement(model, ids):
+    cache = EvictingCache(CONFIG, "full", 64, capacity=48, sink_bias=8.0)
+    with torch.no_grad():
+        model(ids, cache, keep_attention=True)
+        biased = float(model.attention_weights[0][0, :, 10:, 0].mean())
+        model(ids, keep_attention=True)
+        unbiased = float(model.attention_weights[0][0, :, 10:, 0].mean())
+    assert biased > 5 * unbiased
+    assert evaluate(model, ids, "full", 48, sink_bias=8.0)["agreement"] == 1.0
