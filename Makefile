@@ -54,7 +54,6 @@ $(VENV)/.browser: $(VENV)/.test
 browser-test: $(VENV)/.browser
 	command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium) \
 		|| { echo "install Debian's chromium (sudo apt-get install chromium), then run make browser-test again"; exit 1; }
-	$(BIN)/python -m ipykernel install --user --name $(KERNEL) --display-name "Python (KV course)"
 	$(BIN)/python -m pytest -p no:cacheprovider tests_browser
 
 site: $(VENV)/.installed

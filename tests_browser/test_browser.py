@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import functools
 import http.server
+import json
 import os
 import socket
 import subprocess
@@ -79,7 +80,13 @@ def lab(tmp_path_factory):
         path = settings / "@jupyterlab" / f"{name}.jupyterlab-settings"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(value)
-    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(settings),
+    # The course kernel, pointing at this checkout's Python whatever is registered for the user.
+    data = tmp_path_factory.mktemp("jupyter-data")
+    kernel = data / "kernels" / "kv-course" / "kernel.json"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_text(json.dumps({"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                                  "display_name": "Python (KV course)", "language": "python"}))
+    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTER_DATA_DIR": str(data),
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path_factory.mktemp("lab-workspaces"))}  # no tabs from earlier sessions
     server = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
@@ -97,9 +104,11 @@ def lab(tmp_path_factory):
 def _run_all_and_wait(page) -> None:
     page.get_by_role("menuitem", name="Run", exact=True).click()
     page.get_by_text("Run All Cells", exact=True).click()
-    # Every code cell shows a number once it has run; "[*]" while it waits or runs.
+    # Every code cell shows a number once it has run ("[*]" while it waits or runs); an error stops the run.
     page.wait_for_function(
         """() => {
+            if (document.querySelector(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"))
+                return true;
             const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(e => e.textContent);
             return prompts.length > 0 && prompts.every(t => /\\[\\d+\\]/.test(t));
         }""", timeout=180_000, polling=500)
