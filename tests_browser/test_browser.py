@@ -15,6 +15,7 @@ import functools
 import http.server
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -67,8 +68,11 @@ def browser():
 def lab(tmp_path_factory):
     """JupyterLab serving the course on a free port; yields its base URL."""
     port = _free_port()
+    # Serve a copy of the lessons: JupyterLab saves notebooks it runs, and the tests must not touch the course.
+    root = tmp_path_factory.mktemp("course")
+    shutil.copytree(ROOT / "notebooks", root / "notebooks")
     command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
-               "--ServerApp.token=", "--ServerApp.password=", f"--ServerApp.root_dir={ROOT}"]
+               "--ServerApp.token=", "--ServerApp.password=", f"--ServerApp.root_dir={root}"]
     if os.geteuid() == 0:
         command.append("--allow-root")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -88,7 +92,7 @@ def lab(tmp_path_factory):
                                   "display_name": "Python (KV course)", "language": "python"}))
     env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTER_DATA_DIR": str(data),
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path_factory.mktemp("lab-workspaces"))}  # no tabs from earlier sessions
-    server = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+    server = subprocess.Popen(command, cwd=root, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         _wait_for(f"http://127.0.0.1:{port}/api/status", 60)
         yield f"http://127.0.0.1:{port}"
