@@ -90,3 +90,12 @@ def test_blank_exercise_raises_only_not_answered(path):
         if exercises.is_check_cell(cell):
             assert errors, f"check cell {index} of blank {path.name} passed: a blank answer must not earn points"
             assert "not answered yet" in errors[0].evalue
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")) + SOLUTIONS, ids=lambda p: p.parent.name + "/" + p.name)
+def test_lessons_and_solutions_store_no_errors(path):
+    nb = nbformat.read(path, as_version=4)
+    for index, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []):
+            assert output.output_type != "error", (
+                f"{path.name} cell {index} stores an error ({output.ename}: {output.evalue}); re-run `make notebooks`")
