@@ -22,12 +22,17 @@ def softmax(scores: np.ndarray, axis: int = -1) -> np.ndarray:
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
+def visible(rows: np.ndarray, cols: np.ndarray, n_q: int, n_kv: int) -> np.ndarray:
+    """Boolean (len(rows), len(cols)): may query ``rows[i]`` see key ``cols[j]``? Query i of n_q sits
+    at absolute position n_kv - n_q + i (end-aligned, see module doc)."""
+    return cols[None, :] <= rows[:, None] + (n_kv - n_q)
+
+
 def causal_mask(n_q: int, n_kv: int) -> np.ndarray:
     """Boolean (n_q, n_kv): True where query i may attend to key j (end-aligned, see module doc)."""
     if n_q > n_kv:
         raise ValueError(f"n_q ({n_q}) cannot exceed n_kv ({n_kv}) for a causal mask")
-    offset = n_kv - n_q
-    return np.arange(n_kv)[None, :] <= (np.arange(n_q)[:, None] + offset)
+    return visible(np.arange(n_q), np.arange(n_kv), n_q, n_kv)
 
 
 def _check_shapes(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:

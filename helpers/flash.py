@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from helpers.attention import causal_mask, visible
 from helpers.kv_cache_size import positive_int
 
 
@@ -47,11 +48,6 @@ def _check(q, k, v, causal: bool):
         raise ValueError(f"causal attention needs n_q <= n_k, got n_q={q.shape[-2]} and n_k={k.shape[-2]}")
 
 
-def _visible(rows: np.ndarray, cols: np.ndarray, n_q: int, n_k: int) -> np.ndarray:
-    """Causal mask for query rows ``rows`` and key columns ``cols`` (absolute, end-aligned)."""
-    return cols[None, :] <= rows[:, None] + (n_k - n_q)
-
-
 def _count(traffic: dict | None, key: str, elements: int) -> None:
     if traffic is not None:
         traffic[key] = traffic.get(key, 0) + int(elements)
@@ -64,7 +60,7 @@ def naive_attention(q, k, v, causal: bool = False, traffic: dict | None = None) 
     dtype = np.result_type(q, k, v)
     scores = (q @ np.swapaxes(k, -1, -2)).astype(dtype, copy=False) / np.asarray(math.sqrt(d), dtype)
     if causal:
-        scores = np.where(_visible(np.arange(n_q), np.arange(n_k), n_q, n_k), scores, -np.inf)
+        scores = np.where(causal_mask(n_q, n_k), scores, -np.inf)
     probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
     probs /= probs.sum(axis=-1, keepdims=True)
     out = probs @ v
@@ -113,17 +109,18 @@ def flash_attention(q, k, v, block_q: int = 64, block_k: int = 64, causal: bool 
     l = np.zeros(batch + (n_q,), dtype)
     m = np.full(batch + (n_q,), -np.inf, dtype)
     _count(traffic, "write", n_q * (d + 2))
+    visit = tile_mask(n_q, n_k, block_q, block_k, causal)  # the tiles the schedule computes
     for j0 in range(0, n_k, block_k):  # outer loop: one block of K and V at a time
         cols = np.arange(j0, min(j0 + block_k, n_k))
         k_j, v_j = k[..., cols, :], v[..., cols, :]
         _count(traffic, "read", 2 * len(cols) * d)
         for i0 in range(0, n_q, block_q):  # inner loop: every block of Q meets this block of K, V
-            rows = np.arange(i0, min(i0 + block_q, n_q))
-            if causal and cols[0] > rows[-1] + (n_k - n_q):
+            if not visit[i0 // block_q, j0 // block_k]:
                 continue  # the whole block is in the future of every query in it
+            rows = np.arange(i0, min(i0 + block_q, n_q))
             s = (q[..., rows, :] @ np.swapaxes(k_j, -1, -2)).astype(dtype, copy=False) * scale
             if causal:
-                s = np.where(_visible(rows, cols, n_q, n_k), s, -np.inf)
+                s = np.where(visible(rows, cols, n_q, n_k), s, -np.inf)
             m[..., rows], l[..., rows], out[..., rows, :] = block_update(
                 m[..., rows], l[..., rows], out[..., rows, :], s, v_j)
             _count(traffic, "read", len(rows) * (2 * d + 2))  # Q_i, O_i, l_i, m_i

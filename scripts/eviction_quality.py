@@ -54,8 +54,9 @@ def attention_on_first(model, sequences, skip: int = 64, sink_bias: float = 0.0)
     (with ``sink_bias``, of the controlled model: the bias is added through a full EvictingCache)."""
     per_head = []
     for ids in sequences:
-        cache = EvictingCache(model.config, "full", ids.shape[1], capacity=ids.shape[1], sink_bias=sink_bias)
-        model(ids, cache if sink_bias else None, keep_attention=True)
+        cache = EvictingCache(model.config, "full", ids.shape[1], capacity=ids.shape[1], sink_bias=sink_bias) \
+            if sink_bias else None
+        model(ids, cache, keep_attention=True)
         per_head.append(torch.stack([w[0, :, skip:, 0].mean(dim=-1) for w in model.attention_weights]))
     return torch.stack(per_head).mean(0).tolist()
 
