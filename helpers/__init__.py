@@ -12,11 +12,14 @@ One module per concept:
 - ``flash``: attention without the n x n table: naive vs tiled (FlashAttention Algorithm 1), merging
   partial results, and the HBM traffic of each.
 - ``online_softmax_panel``, ``tiling_panel``: the lesson 03 panels.
-- ``measure``: peak memory and best wall time of a call.
+- ``measure``: peak memory and best wall time of a call; this machine's memory bandwidth.
 - ``llama``: the Llama-style decoder in torch, its KV cache, generation, checkpoint loading.
-- ``text_data``: the byte-level text (standard-library docstrings) the model learns from.
+- ``pretrained``: SmolLM2-135M-Instruct read from its GGUF file into ``llama``, and its tokenizer.
+- ``text_data``: the byte-level text (standard-library docstrings) the model learns from, and
+  English prose (the Python language reference) for the pretrained model.
 - ``step_cost``: FLOPs and bytes of a forward step; arithmetic intensity.
-- ``decode_timing``: timing generation step by step; fitting scaling exponents.
+- ``decode_timing``: timing generation step by step, or one step at chosen positions; fitting
+  scaling exponents.
 - ``decode_panel``: the lesson 04 panel.
 - ``roofline``: chips, the roofline, the decode ceiling, the batch that fits.
 - ``paged_kv``: the paged KV allocator (blocks, free list, block tables, copy-on-write).

@@ -3,12 +3,15 @@ new token's attention row.
 
 ``record_decode`` runs greedy generation with a KV cache once and keeps, for every step, the
 token, the cache's shape and bytes, and every layer's attention weights of the new token;
-``draw_decode_step`` draws one step of that record; ``decode_panel`` puts a slider on it.
+``draw_decode_step`` draws one step of that record (for a deep model, a spread of its layers);
+``decode_panel`` puts a slider on it. It works for the course's byte model and, given the
+tokenizer's ``decode``, for SmolLM2.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
@@ -18,7 +21,7 @@ import torch
 from helpers.kv_cache_size import format_bytes, positive_int
 from helpers.llama import KVCache, LlamaForCausalLM
 from helpers.panel_output import show_figure
-from helpers.text_data import decode
+from helpers.text_data import decode as decode_bytes
 
 
 @dataclass
@@ -50,26 +53,41 @@ def record_decode(model: LlamaForCausalLM, prompt_ids: torch.Tensor, new_tokens:
     return steps
 
 
-def draw_decode_step(steps: list[DecodeStep], step: int, prompt_ids: torch.Tensor):
-    """The text so far, the cache after ``step``, and the attention rows of the token just fed in."""
+def shown_layers(n_layers: int, most: int = 6) -> list[int]:
+    """Every layer when there are at most ``most``; else ``most`` layers spread from the first to the last."""
+    if n_layers <= most:
+        return list(range(n_layers))
+    return sorted({int(round(x)) for x in np.linspace(0, n_layers - 1, most)})
+
+
+def draw_decode_step(steps: list[DecodeStep], step: int, prompt_ids: torch.Tensor,
+                     decode: Callable[[list[int]], str] = decode_bytes, layers: list[int] | None = None):
+    """The text so far, the cache after ``step``, and the attention rows of the token just fed in.
+
+    ``decode`` turns token ids into text (the course's byte decoder by default; pass a tokenizer's
+    ``decode`` for another model). ``layers``: whose attention rows to draw (default: ``shown_layers``).
+    """
     if not 0 <= step < len(steps):
         raise ValueError(f"step must be between 0 and {len(steps) - 1}; got {step}")
     s = steps[step]
-    layers, heads, length = s.attention.shape
+    n_layers, heads, length = s.attention.shape
+    layers = shown_layers(n_layers) if layers is None else list(layers)
+    if not layers or any(not 0 <= l < n_layers for l in layers):
+        raise ValueError(f"layers must be a non-empty list of layer numbers in 0..{n_layers - 1}; got {layers}")
     prompt = decode(prompt_ids[0].tolist())
     made = decode([t.token for t in steps[: step + 1]])
     fig, (a, b) = plt.subplots(1, 2, figsize=(10.5, 3.6), dpi=80, gridspec_kw={"width_ratios": [1, 2.2]})
-    per_layer = s.cache_bytes // layers
-    a.barh([f"layer {i}" for i in range(layers)], [per_layer / 1024] * layers, color="tab:blue")
+    per_layer = s.cache_bytes // n_layers
+    a.barh(np.arange(n_layers), [per_layer / 1024] * n_layers, color="tab:blue")
+    a.set_yticks(shown_layers(n_layers, 10), [f"layer {l}" for l in shown_layers(n_layers, 10)])
     a.invert_yaxis()
     a.set_xlabel("cache held per layer (KiB)")
-    a.set_xlim(0, steps[-1].cache_bytes / layers / 1024 * 1.1)
+    a.set_xlim(0, steps[-1].cache_bytes / n_layers / 1024 * 1.1)
     a.set_title(f"K and V each {s.cache_shape}; total {format_bytes(s.cache_bytes)}", fontsize=9, y=1.01)
-    image = b.imshow(s.attention.reshape(layers * heads, length), aspect="auto", cmap="magma", vmin=0,
-                     vmax=float(s.attention.max()),
-                     interpolation="nearest")
-    b.set_yticks([l * heads for l in range(layers)], [f"L{l} h0" for l in range(layers)])
-    b.set_xlabel("cached position (0 = BOS)")
+    rows = s.attention[layers].reshape(len(layers) * heads, length)
+    image = b.imshow(rows, aspect="auto", cmap="magma", vmin=0, vmax=float(rows.max()), interpolation="nearest")
+    b.set_yticks([i * heads for i in range(len(layers))], [f"L{l} h0" for l in layers])
+    b.set_xlabel("cached position")
     fig.colorbar(image, ax=b, label="attention weight")
     shown = (prompt + made)[-60:].replace("\n", "\u21b5")
     b.set_title(f"step {step}: ...{shown!r}", fontsize=9, y=1.01)
@@ -77,10 +95,12 @@ def draw_decode_step(steps: list[DecodeStep], step: int, prompt_ids: torch.Tenso
     return fig
 
 
-def decode_panel(model: LlamaForCausalLM, prompt_ids: torch.Tensor, new_tokens: int = 48) -> widgets.VBox:
-    """A slider over the steps of one recorded greedy generation."""
+def decode_panel(model: LlamaForCausalLM, prompt_ids: torch.Tensor, new_tokens: int = 48,
+                 decode: Callable[[list[int]], str] = decode_bytes, layers: list[int] | None = None) -> widgets.VBox:
+    """A slider over the steps of one recorded greedy generation (``decode`` and ``layers`` as in
+    ``draw_decode_step``)."""
     steps = record_decode(model, prompt_ids, new_tokens)
     slider = widgets.IntSlider(0, min=0, max=len(steps) - 1, description="step")
-    out = widgets.interactive_output(lambda step: show_figure(draw_decode_step(steps, step, prompt_ids)),
-                                     {"step": slider})
+    out = widgets.interactive_output(
+        lambda step: show_figure(draw_decode_step(steps, step, prompt_ids, decode, layers)), {"step": slider})
     return widgets.VBox([slider, out])

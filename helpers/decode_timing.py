@@ -1,7 +1,8 @@
 """Timing generation step by step, with and without the KV cache, and fitting how it scales.
 
 ``step_seconds`` runs the same loop as ``helpers.llama.generate`` (greedy) and times every
-forward pass; ``scaling_exponent`` fits t ~ c n^k on a log-log scale.
+forward pass; ``cached_step_seconds`` and ``uncached_step_seconds`` time the step at a few
+chosen positions, best of several runs; ``scaling_exponent`` fits t ~ c n^k on a log-log scale.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 
 from helpers.kv_cache_size import positive_int
 from helpers.llama import KVCache, LlamaForCausalLM
+from helpers.measure import best_seconds
 
 
 def _sync(device) -> None:
@@ -38,6 +40,43 @@ def step_seconds(model: LlamaForCausalLM, prompt_ids: torch.Tensor, new_tokens: 
         ids = torch.cat([ids, token], dim=1)
         step_input = token
     return np.array(times)
+
+
+def _positions(ids: torch.Tensor, positions) -> list[int]:
+    positions = [positive_int("position", p, allow_zero=True) for p in positions]
+    if ids.ndim != 2 or not positions or max(positions) >= ids.shape[1]:
+        raise ValueError(f"ids must be (batch, length) with length above every position; got shape "
+                         f"{tuple(ids.shape)} for positions {positions}")
+    return positions
+
+
+@torch.no_grad()
+def cached_step_seconds(model: LlamaForCausalLM, ids: torch.Tensor, positions, repeat: int = 3) -> np.ndarray:
+    """Best-of-``repeat`` wall seconds of the cached decode step that reads token ``ids[:, p]``
+    against p cached positions (prefilled once, untimed), for each position p. ``ids``: (batch, length)."""
+    device, dtype = ids.device, next(model.parameters()).dtype
+    times = []
+    for p in _positions(ids, positions):
+        cache = KVCache(model.config, ids.shape[0], p + 1, dtype, device)
+        if p:
+            model(ids[:, :p], cache)
+
+        def one_step():
+            model(ids[:, p:p + 1], cache)
+            _sync(device)
+            cache.rewind(1)  # the same step again next time
+
+        times.append(best_seconds(one_step, repeat=repeat))
+    return np.array(times)
+
+
+@torch.no_grad()
+def uncached_step_seconds(model: LlamaForCausalLM, ids: torch.Tensor, positions, repeat: int = 3) -> np.ndarray:
+    """Best-of-``repeat`` wall seconds of the step without a cache at each position p: a forward
+    pass over all p + 1 tokens ``ids[:, :p + 1]`` (the same as a prefill of p + 1 tokens)."""
+    device = ids.device
+    return np.array([best_seconds(lambda: (model(ids[:, :p + 1]), _sync(device)), repeat=repeat)
+                     for p in _positions(ids, positions)])
 
 
 def scaling_exponent(sizes, seconds) -> float:

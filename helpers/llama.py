@@ -290,12 +290,14 @@ def load_hf_state_dict(model: LlamaForCausalLM, state_dict: dict) -> None:
 
 @torch.no_grad()
 def generate(model: LlamaForCausalLM, prompt_ids: torch.Tensor, max_new_tokens: int, use_cache: bool = True,
-             temperature: float = 0.0, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Continue ``prompt_ids`` (batch, prompt) by ``max_new_tokens`` tokens: (batch, prompt + new).
+             temperature: float = 0.0, generator: torch.Generator | None = None,
+             stop_token: int | None = None) -> torch.Tensor:
+    """Continue ``prompt_ids`` (batch, prompt) by up to ``max_new_tokens`` tokens: (batch, prompt + new).
 
     temperature 0 is greedy; above 0 samples from softmax(logits / temperature) with ``generator``.
     With ``use_cache`` the prompt is prefilled once and each step feeds only the newest token;
-    without, every step runs the whole sequence again.
+    without, every step runs the whole sequence again. With ``stop_token`` (such as a chat
+    model's end-of-turn id) generation ends early once every sequence has produced it.
     """
     if prompt_ids.ndim != 2 or prompt_ids.shape[1] < 1:
         raise ValueError(f"prompt_ids must be (batch, prompt) with a prompt of at least one token, got {tuple(prompt_ids.shape)}")
@@ -318,6 +320,8 @@ def generate(model: LlamaForCausalLM, prompt_ids: torch.Tensor, max_new_tokens: 
             nxt = torch.multinomial(probs, 1, generator=generator)
         ids = torch.cat([ids, nxt], dim=1)
         step_input = nxt
+        if stop_token is not None and (ids[:, prompt_ids.shape[1]:] == stop_token).any(dim=1).all():
+            break
     return ids
 
 

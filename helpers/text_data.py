@@ -4,6 +4,9 @@ own docstrings, read from the running interpreter's files (nothing is downloaded
 Tokens are bytes: ids 0-255 are the UTF-8 bytes of the text, and id 256 (BOS) starts every
 document. One docstring is one document. The split into training and held-out documents is
 fixed by a hash of each docstring's module path, so it is the same on every machine.
+
+``language_reference`` gives longer English prose for the pretrained model (SmolLM2, which has
+its own tokenizer): sections of the Python language reference that ship with the interpreter.
 """
 
 from __future__ import annotations
@@ -65,3 +68,13 @@ def token_stream(texts, generator: torch.Generator | None = None) -> torch.Tenso
     """All ``texts`` encoded and concatenated into one 1-D tensor, in a shuffled order if a generator is given."""
     order = torch.randperm(len(texts), generator=generator).tolist() if generator is not None else range(len(texts))
     return torch.tensor([t for i in order for t in encode(texts[i])], dtype=torch.long)
+
+
+def language_reference(topic: str) -> str:
+    """One section of the Python language reference (plain text, thousands of characters), as the
+    interpreter ships it for ``help()`` (``pydoc_data.topics``), e.g. ``"execmodel"``."""
+    from pydoc_data.topics import topics
+
+    if topic not in topics:
+        raise ValueError(f"unknown topic {topic!r}; e.g. {', '.join(sorted(topics)[:8])} ({len(topics)} in all)")
+    return topics[topic]

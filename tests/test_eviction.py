@@ -83,7 +83,9 @@ def test_policies_never_exceed_their_budget(model, ids, policy, budget):
 def test_a_budget_as_long_as_the_sequence_equals_the_full_cache(model, ids, policy):
     full = evaluate(model, ids, "full", ids.shape[1])
     result = evaluate(model, ids, policy, ids.shape[1])
-    assert result["loss"] == full["loss"] and result["agreement"] == 1.0
+    # Heavy hitters need the attention weights, so they take the spelled-out softmax instead of
+    # the fused kernel: the same numbers summed in another order, equal to float32 round-off.
+    assert result["loss"] == pytest.approx(full["loss"], abs=1e-5) and result["agreement"] == 1.0
 
 
 def test_full_cache_matches_one_forward_pass(model, ids):
