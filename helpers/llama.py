@@ -178,20 +178,21 @@ class Attention(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
             k, v = cache.append(layer, k, v)  # now every position so far
-        group = c.n_heads // c.n_kv_heads
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # query head h reads K/V head h // group
+        group = c.n_heads // c.n_kv_heads  # query head h reads K/V head h // group
         mask = causal_mask(n_new, k.shape[2], x.device)  # offset to the absolute positions
         bias = cache.score_bias(k.shape[2]) if cache is not None else None  # (rows,) added to every score, or None
         if keep_weights:  # spelled out, to hand back the weights
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (batch, heads, seq, head_dim)
             scores = (q @ k.transpose(-1, -2)) / math.sqrt(c.head_dim)
             if bias is not None:
                 scores = scores + bias.to(scores.dtype)
             weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
             out = weights @ v
-        else:  # the same softmax(q k^T / sqrt(d) + mask) v, by PyTorch's fused kernel (about 4x faster here)
+        else:  # the same softmax(q k^T / sqrt(d) + mask) v, by PyTorch's fused kernel (about 4x faster here);
+            # enable_gqa lets each group of query heads read its shared K/V head without copying the cache
             if bias is not None:
                 mask = torch.where(mask, bias.to(q.dtype), torch.tensor(float("-inf"), dtype=q.dtype))
-            weights, out = None, F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            weights, out = None, F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=group > 1)
         out = out.transpose(1, 2).reshape(batch, n_new, c.n_heads * c.head_dim)
         return self.o_proj(out), weights
 

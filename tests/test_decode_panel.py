@@ -110,3 +110,20 @@ def test_panel_redraws_once_per_slider_move(model, monkeypatch):
     slider.value = 2
     assert len(shown) == count + 1 and shown[-1].data.startswith(b"\x89PNG")
     assert plt.get_fignums() == []  # each figure closed after it is shown
+
+
+def test_shown_layers_spreads_over_a_deep_model():
+    assert panel.shown_layers(4) == [0, 1, 2, 3]
+    assert panel.shown_layers(30) == [0, 6, 12, 17, 23, 29]
+    assert panel.shown_layers(30, 10)[0] == 0 and panel.shown_layers(30, 10)[-1] == 29
+
+
+def test_draw_decode_step_with_chosen_layers_and_decoder(steps):
+    fig = panel.draw_decode_step(steps, 1, PROMPT, decode=lambda ids: "".join(f"<{i}>" for i in ids), layers=[1])
+    bars, attention, _ = fig.axes
+    assert len(bars.patches) == TINY.n_layers  # the cache of every layer is still drawn
+    image = np.asarray(attention.get_images()[0].get_array())
+    np.testing.assert_allclose(image, steps[1].attention[1])  # only layer 1's heads
+    assert "<256><82>" in attention.get_title() or f"<{steps[1].token}>" in attention.get_title()
+    with pytest.raises(ValueError, match="layers must be"):
+        panel.draw_decode_step(steps, 1, PROMPT, layers=[TINY.n_layers])

@@ -92,3 +92,33 @@ def test_scaling_exponent_rejects_identical_sizes():
 def test_scaling_exponent_rejects_non_finite_input(bad):
     with pytest.raises(ValueError, match="positive, finite numbers"):
         scaling_exponent([1.0, 2.0, bad], [1.0, 2.0, 3.0])
+
+
+# ---- one step at chosen positions -------------------------------------------------------------
+def test_cached_and_uncached_step_seconds_time_each_position(model, monkeypatch):
+    from helpers import decode_timing
+
+    ids = torch.randint(0, TINY.vocab_size, (2, 12), generator=torch.Generator().manual_seed(2))
+    fed = []
+    original = model.forward
+    monkeypatch.setattr(model, "forward", lambda x, cache=None, **kw: (fed.append((x.shape[1], cache is not None,
+                                                                                   cache.length if cache else 0)),
+                                                                      original(x, cache, **kw))[1])
+    cached = decode_timing.cached_step_seconds(model, ids, [0, 5], repeat=2)
+    # position 0: two timed one-token steps on an empty cache; position 5: a 5-token prefill, then two steps
+    assert fed == [(1, True, 0), (1, True, 0), (5, True, 0), (1, True, 5), (1, True, 5)]
+    fed.clear()
+    uncached = decode_timing.uncached_step_seconds(model, ids, [0, 5], repeat=2)
+    assert fed == [(1, False, 0), (1, False, 0), (6, False, 0), (6, False, 0)]  # all p + 1 tokens, no cache
+    for times in (cached, uncached):
+        assert times.shape == (2,) and np.all(times > 0) and np.all(np.isfinite(times))
+
+
+@pytest.mark.parametrize("positions", [[12], [], [-1]])
+def test_step_seconds_at_positions_reject_positions_outside_the_ids(model, positions):
+    from helpers.decode_timing import cached_step_seconds, uncached_step_seconds
+
+    ids = torch.zeros(1, 12, dtype=torch.long)
+    for timer in (cached_step_seconds, uncached_step_seconds):
+        with pytest.raises(ValueError, match="position"):
+            timer(model, ids, positions)

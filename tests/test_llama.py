@@ -375,3 +375,19 @@ def test_greedy_generation_matches_hugging_face():
         expected = hf.generate(prompt, max_new_tokens=10, do_sample=False, attention_mask=torch.ones_like(prompt),
                                pad_token_id=0)
     assert torch.equal(generate(ours, prompt, 10), expected)
+
+
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cached", "uncached"])
+def test_generate_stops_once_every_sequence_has_made_the_stop_token(use_cache):
+    model, prompt = make_model(), ids(2, 4)
+    full = generate(model, prompt, 20, use_cache=use_cache)
+    new = full[:, 4:]
+    stop = int(new[0, 3])  # a token the first sequence makes at its 4th step
+    first_seen = [int((row == stop).nonzero()[0]) if (row == stop).any() else None for row in new]
+    out = generate(model, prompt, 20, use_cache=use_cache, stop_token=stop)
+    if None in first_seen:  # the other sequence never makes it: generation runs to the end
+        assert torch.equal(out, full)
+    else:  # ends at the step where the last of the two makes it, and is the same up to there
+        end = max(first_seen) + 1
+        assert torch.equal(out, full[:, :4 + end])
+    assert torch.equal(generate(model, prompt, 20, use_cache=use_cache, stop_token=TINY.vocab_size + 5), full)

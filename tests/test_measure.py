@@ -117,3 +117,18 @@ def test_best_seconds_rejects_repeat_below_one(repeat):
     with pytest.raises(ValueError, match="repeat"):
         best_seconds(calls.append, 1, repeat=repeat)
     assert calls == []
+
+
+def test_memory_bandwidth_is_a_plausible_rate():
+    from helpers.measure import memory_bandwidth
+
+    rate = memory_bandwidth(64, repeat=2)
+    assert 1e8 < rate < 1e13  # between 0.1 GB/s and 10 TB/s: bytes per second, not GB/s or seconds
+
+
+@pytest.mark.parametrize("megabytes", [0, 16, 64.0, "256"])
+def test_memory_bandwidth_rejects_sizes_that_fit_in_a_cache_or_are_not_ints(megabytes):
+    from helpers.measure import memory_bandwidth
+
+    with pytest.raises(ValueError, match="megabytes"):
+        memory_bandwidth(megabytes)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from helpers import pretrained
-from helpers.llama import generate
+from helpers.llama import KVCache, generate
 from helpers.pretrained import SmolTokenizer, hf_name, load_smollm2, unpermute_rope_rows
 
 # Texts of several kinds: prose, code, digits, non-ASCII, runs of whitespace, chat markup.
@@ -92,7 +92,7 @@ def test_config_comes_from_the_file(smol):
     assert (c.n_layers, c.hidden, c.n_heads, c.n_kv_heads, c.head_dim, c.intermediate, c.vocab_size) == (
         30, 576, 9, 3, 64, 1536, 49152)
     assert (c.rope_theta, c.max_positions, c.tie_embeddings) == (100000.0, 8192, True)
-    assert c.norm_eps == pytest.approx(1e-5)
+    assert c.norm_eps == 1e-5  # the float32 in the file, read as the decimal it was written from
     assert sum(p.numel() for p in model.parameters()) == 134_515_008 == c.as_model_config().param_count()
     assert model.lm_head.weight is model.model.embed_tokens.weight
     assert not model.training and next(model.parameters()).dtype == torch.float32
@@ -107,19 +107,34 @@ def test_loaded_once_per_process_and_dtype(smol):
 
 
 def test_cache_is_rebuilt_when_stale(smol, tmp_path, monkeypatch):
-    _, tokenizer = smol
+    model, tokenizer = smol
+    weight = model.model.layers[0].self_attn.q_proj.weight.detach()
+    # convert() writes what read_gguf gives; a small stand-in keeps this test quick
+    monkeypatch.setattr(pretrained, "read_gguf", lambda path: (model.config, {"w": weight}, tokenizer))
     monkeypatch.setattr(pretrained, "CACHE_DIR", tmp_path)
     path = pretrained.model_file()
     assert pretrained._read_cache(path) is None  # nothing cached there yet
     pretrained.cache_file().write_bytes(b"not a torch file")
     assert pretrained._read_cache(path) is None  # damaged: ignored, converted again
-    pretrained.convert(path)
+    assert pretrained.convert(path) == pretrained.cache_file()
     config, state, cached_tokenizer = pretrained._read_cache(path)
-    assert config == smol[0].config and cached_tokenizer.encode(TEXTS[2]) == tokenizer.encode(TEXTS[2])
-    torch.testing.assert_close(state["model.layers.0.self_attn.q_proj.weight"],
-                               smol[0].model.layers[0].self_attn.q_proj.weight, atol=0, rtol=0)
+    assert config == model.config and cached_tokenizer.encode(TEXTS[2]) == tokenizer.encode(TEXTS[2])
+    assert cached_tokenizer.eos_token_id == tokenizer.eos_token_id and cached_tokenizer.render_chat(QUESTION) == \
+        tokenizer.render_chat(QUESTION)
+    torch.testing.assert_close(state["w"], weight, atol=0, rtol=0)
     monkeypatch.setattr(pretrained, "CACHE_FORMAT", pretrained.CACHE_FORMAT + 1)
     assert pretrained._read_cache(path) is None  # made by another version of the code
+    assert list(tmp_path.iterdir()) == [pretrained.cache_file()]  # no partial files left behind
+
+
+def test_read_gguf_gives_the_cached_model(smol):
+    """The slow path (reading the file itself) and the cached one give the same weights and tokens."""
+    config, state, tokenizer = pretrained.read_gguf(pretrained.model_file())
+    model, cached_tokenizer = smol
+    assert config == model.config and set(state) == set(model.state_dict()) - {"lm_head.weight"}
+    for name in ("model.layers.7.self_attn.k_proj.weight", "model.embed_tokens.weight", "model.norm.weight"):
+        torch.testing.assert_close(state[name], model.state_dict()[name], atol=0, rtol=0)
+    assert tokenizer.encode(TEXTS[3]) == cached_tokenizer.encode(TEXTS[3])
 
 
 # ---- the tokenizer ---------------------------------------------------------------------------
@@ -182,6 +197,12 @@ def test_cached_and_uncached_generation_are_identical(smol):
     fast = generate(model, prompt, 12, use_cache=True)
     slow = generate(model, prompt, 12, use_cache=False)
     assert torch.equal(fast, slow)
+    with torch.no_grad():  # the logits behind each new token: cached steps against one full pass
+        cache = KVCache(model.config, capacity=fast.shape[1])
+        steps = [model(prompt, cache)[0, -1]] + [model(fast[:, t - 1:t], cache)[0, -1]
+                                                 for t in range(prompt.shape[1] + 1, fast.shape[1])]
+        full = model(fast[:, :-1])[0, prompt.shape[1] - 1:]
+    torch.testing.assert_close(torch.stack(steps), full, atol=1e-3, rtol=1e-5)  # float32 round-off on logits ~30
 
 
 # ---- against transformers' own GGUF loading --------------------------------------------------

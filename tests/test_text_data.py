@@ -133,3 +133,14 @@ def _documents(stream):
 def test_token_stream_of_nothing():
     assert token_stream([]).shape == (0,)
     assert token_stream([], torch.Generator().manual_seed(0)).shape == (0,)
+
+
+def test_language_reference_is_long_english_prose():
+    text = text_data.language_reference("execmodel")
+    assert len(text) > 5000 and text.startswith("Execution model") and " the " in text
+    assert text == text_data.language_reference("execmodel")
+
+
+def test_language_reference_rejects_unknown_topics():
+    with pytest.raises(ValueError, match="unknown topic 'nope'; e.g."):
+        text_data.language_reference("nope")

@@ -15,8 +15,11 @@ from helpers.llama import LlamaConfig, causal_mask
 
 
 def _tensor_pair(value):
-    if not isinstance(value, (tuple, list)) or len(value) != 2 or not all(isinstance(t, torch.Tensor) for t in value):
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
         raise WrongType(f"{type(value).__name__}; expected a pair (keys, values) of torch tensors")
+    if not all(isinstance(t, torch.Tensor) for t in value):
+        kinds = ", ".join(type(t).__name__ for t in value)
+        raise WrongType(f"a pair of ({kinds}); expected a pair of torch tensors (use torch.cat, not np.concatenate)")
     return tuple(value)
 
 
@@ -71,7 +74,12 @@ def _close(expected, got, args) -> str | None:
     if got.shape != expected.shape:
         return f"returned shape {tuple(got.shape)}, expected {tuple(expected.shape)}"
     if not torch.allclose(got, expected, rtol=1e-5, atol=1e-6):
-        return f"returned values up to {float((got - expected).abs().max()):.3g} away from the expected ones"
+        error = (got - expected).abs().amax(dim=tuple(i for i in range(got.ndim) if i != got.ndim - 2))  # per query row
+        rows = [i for i, e in enumerate(error.tolist()) if e > 1e-6 + 1e-5 * float(expected.abs().max())]
+        n_new, n_total = args[0].shape[-2], args[1].shape[-2]
+        where = ", ".join(f"{i} (position {n_total - n_new + i})" for i in rows[:4]) + (" ..." if len(rows) > 4 else "")
+        return (f"returned values up to {float(error.max()):.3g} away from the expected ones, in query rows {where} "
+                f"of {n_new} new against {n_total} keys")
     return None
 
 
@@ -99,7 +107,7 @@ def attend_new(fn, seed: int = 2, n_random: int = 20) -> None:
     check_function(fn, _attend_reference, _attend_cases(seed, n_random), name="attend_new", params=("q", "k", "v"),
                    convert=_tensor, compare=_close, diagnose=diagnose,
                    hint="scores = q k^T / sqrt(d); query i may see keys 0 .. n_total - n_new + i; softmax over the "
-                        "keys; multiply by v (lesson 04, section 5).")
+                        "keys; multiply by v (lesson 04, section 4).")
 
 
 def _bytes_reference(config, batch, dtype):
@@ -118,7 +126,18 @@ def bytes_appended(fn, seed: int = 3, n_random: int = 20) -> None:
         cases.append((LlamaConfig(n_layers=int(torch.randint(1, 64, (1,), generator=g)), n_heads=kv * 2, n_kv_heads=kv,
                                   head_dim=2 * int(torch.randint(8, 65, (1,), generator=g))),
                       int(torch.randint(1, 65, (1,), generator=g)), dtypes[int(torch.randint(0, 5, (1,), generator=g))]))
+    def diagnose(args, expected, got):
+        config, batch, dtype = args
+        size = torch.empty((), dtype=dtype).element_size()
+        for factor, cause in ((8, "bits, not bytes (8 bits to a byte)"), (1 / size, "elements, not bytes: multiply by "
+                              "the element size"), (1 / batch, "one sequence, not the batch"),
+                              (config.n_heads / config.n_kv_heads, "n_heads where the cache holds n_kv_heads (GQA)"),
+                              (1 / 2, "keys only: a value row is appended too"),
+                              (1 / config.n_layers, "one layer: every layer appends its own rows")):
+            if factor != 1 and got == expected * factor:
+                return f"the answer counts {cause}"
+        return None
     check_function(fn, _bytes_reference, cases, name="bytes_appended", params=("config", "batch", "dtype"),
-                   convert=as_int,
+                   convert=as_int, diagnose=diagnose,
                    hint="each layer appends one key row and one value row of n_kv_heads x head_dim elements per "
                         "sequence; an element's size is torch.empty((), dtype=dtype).element_size().")
