@@ -193,3 +193,85 @@ def error_table_text(seed: int = 0) -> str:
         lines.append(f"{r['which']:7} {r['fmt']:6} {r['scaling']:13} {100 * r['reconstruction']:>12.2f}% "
                      f"{100 * r['weights_tv']:>12.2f}% {100 * r['output']:>12.2f}%")
     return "\n".join(lines)
+
+
+# ---- a real model's keys and values -----------------------------------------------------
+# Tensors here are torch: queries (layers, heads, tokens, head_dim), keys and values
+# (layers, kv_heads, tokens, head_dim), after RoPE, as the cache stores them. A scale "per tensor"
+# is one per (layer, K/V head) matrix of (tokens, head_dim).
+
+def _stored(x: torch.Tensor, fmt: str | None, granularity: str) -> torch.Tensor:
+    """x (..., tokens, head_dim) as stored in ``fmt`` and read back (None: unchanged)."""
+    if fmt is None:
+        return x
+    return torch.from_numpy(roundtrip(x.detach().cpu().float().numpy(), fmt, granularity)).to(x.dtype)
+
+
+@torch.no_grad()
+def collect_qkv(model, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(queries, keys, values) of every layer of ``model`` (a ``helpers.llama`` decoder) reading
+    ``ids`` (1, tokens), after RoPE, in float32. Keys and values are read from a KVCache."""
+    from helpers.llama import KVCache, apply_rope
+
+    if ids.ndim != 2 or ids.shape[0] != 1:
+        raise ValueError(f"ids must be (1, tokens), got shape {tuple(ids.shape)}")
+    c = model.config
+    queries = []
+
+    def keep_query(attention, args):
+        x, cos, sin = args[:3]  # the layer's normalised input and the rotary angles
+        q = attention.q_proj(x).view(1, x.shape[1], c.n_heads, c.head_dim).transpose(1, 2)
+        queries.append(apply_rope(q, cos, sin)[0].float())
+
+    hooks = [layer.self_attn.register_forward_pre_hook(keep_query) for layer in model.model.layers]
+    try:
+        cache = KVCache(c, 1, ids.shape[1], next(model.parameters()).dtype, ids.device)
+        model(ids, cache)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    held = slice(0, cache.length)
+    return (torch.stack(queries), cache.keys[:, 0, :, held].float().clone(), cache.values[:, 0, :, held].float().clone())
+
+
+def layer_output_errors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, which: str, fmt: str,
+                        granularity: str) -> np.ndarray:
+    """Per layer, the relative error ||o' - o|| / ||o|| of the causal attention output (all heads and
+    tokens) when only the keys or only the values are stored in ``fmt`` with ``granularity``."""
+    if which not in ("keys", "values"):
+        raise ValueError(f"which must be 'keys' or 'values'; got {which!r}")
+    group = q.shape[1] // k.shape[1]
+    exact = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=group > 1)
+    k8, v8 = (_stored(k, fmt, granularity), v) if which == "keys" else (k, _stored(v, fmt, granularity))
+    out = torch.nn.functional.scaled_dot_product_attention(q, k8, v8, is_causal=True, enable_gqa=group > 1)
+    return ((out - exact).flatten(1).norm(dim=1) / exact.flatten(1).norm(dim=1)).numpy()
+
+
+def stored_kv_cache(config, fmt: str | None, key_granularity: str = "channel", value_granularity: str = "token",
+                    **cache_kwargs):
+    """A ``helpers.llama.KVCache`` that stores each appended chunk of keys and values in ``fmt``
+    (None: as given), keys and values each with their own granularity; scales cover the chunk."""
+    from helpers.llama import KVCache
+
+    for name, granularity in (("key_granularity", key_granularity), ("value_granularity", value_granularity)):
+        if granularity not in GRANULARITIES:
+            raise ValueError(f"{name} must be one of {', '.join(GRANULARITIES)}; got {granularity!r}")
+    if fmt is not None and fmt not in FORMATS + ("bf16",):
+        raise ValueError(f"fmt must be one of {', '.join(FORMATS)}, 'bf16' or None; got {fmt!r}")
+
+    class StoredKVCache(KVCache):
+        def append(self, layer, k, v):
+            return super().append(layer, _stored(k, fmt, key_granularity), _stored(v, fmt, value_granularity))
+
+    return StoredKVCache(config, **cache_kwargs)
+
+
+@torch.no_grad()
+def stored_cache_loss(model, ids: torch.Tensor, fmt: str | None, key_granularity: str = "channel",
+                      value_granularity: str = "token") -> float:
+    """Mean next-token loss (nats per token) of ``ids`` (1, tokens) read in one prefill whose cache
+    stores keys and values in ``fmt`` (None: full precision): every attention reads stored values."""
+    cache = stored_kv_cache(model.config, fmt, key_granularity, value_granularity, batch=1, capacity=ids.shape[1],
+                            dtype=next(model.parameters()).dtype, device=ids.device)
+    logits = model(ids, cache)[0, :-1].float()
+    return float(torch.nn.functional.cross_entropy(logits, ids[0, 1:]))

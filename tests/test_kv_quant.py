@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from helpers.kv_quant import (
     FORMATS,
@@ -405,3 +406,83 @@ def test_error_table_text_lists_every_row_in_percent():
     first = error_table()[0]
     assert lines[1].split()[:3] == [first["which"], first["fmt"], first["scaling"]]
     assert lines[1].split()[3] == f"{100 * first['reconstruction']:.2f}%"
+
+
+# ---- a real model's keys and values (here a small random Llama: the same code paths) ------------
+@pytest.fixture(scope="module")
+def llama():
+    from helpers.llama import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=40, n_layers=2, hidden=32, n_heads=4, n_kv_heads=2, head_dim=8,
+                                         intermediate=48, max_positions=64)).eval()
+    ids = torch.randint(0, 40, (1, 24), generator=torch.Generator().manual_seed(1))
+    return model, ids
+
+
+def test_collect_qkv_gives_what_attention_reads(llama):
+    from helpers.kv_quant import collect_qkv
+    from helpers.llama import KVCache
+
+    model, ids = llama
+    q, k, v = collect_qkv(model, ids)
+    assert q.shape == (2, 4, 24, 8) and k.shape == v.shape == (2, 2, 24, 8)
+    with torch.no_grad():
+        cache = KVCache(model.config, capacity=24)
+        model(ids, cache, keep_attention=True)
+    for layer in range(2):
+        torch.testing.assert_close(k[layer], cache.keys[layer, 0])
+        # the collected queries and keys give the model's own attention weights
+        scores = q[layer] @ k[layer].repeat_interleave(2, dim=0).transpose(-1, -2) / 8 ** 0.5
+        mask = torch.ones(24, 24, dtype=torch.bool).tril()
+        weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+        torch.testing.assert_close(weights, model.attention_weights[layer][0], atol=1e-5, rtol=1e-4)
+    assert not model.model.layers[0].self_attn._forward_pre_hooks  # the hooks are gone
+
+
+def test_collect_qkv_rejects_a_batch(llama):
+    from helpers.kv_quant import collect_qkv
+
+    model, ids = llama
+    with pytest.raises(ValueError, match=r"\(1, tokens\)"):
+        collect_qkv(model, ids.repeat(2, 1))
+
+
+def test_layer_output_errors_grow_with_coarser_formats(llama):
+    from helpers.kv_quant import collect_qkv, layer_output_errors
+
+    q, k, v = collect_qkv(*llama)
+    for which in ("keys", "values"):
+        int8 = layer_output_errors(q, k, v, which, "int8", "channel")
+        e5m2 = layer_output_errors(q, k, v, which, "e5m2", "channel")
+        assert int8.shape == (2,) and np.all(int8 > 0) and np.all(e5m2 > int8)
+    with pytest.raises(ValueError, match="which"):
+        layer_output_errors(q, k, v, "both", "int8", "token")
+
+
+def test_stored_cache_stores_appended_rows_in_the_format(llama):
+    from helpers.kv_quant import roundtrip, stored_kv_cache
+
+    model, _ = llama
+    cache = stored_kv_cache(model.config, "int8", "channel", "token", capacity=8)
+    k, v = torch.randn(2, 1, 2, 5, 8, generator=torch.Generator().manual_seed(3))
+    held_k, held_v = cache.append(0, k, v)
+    np.testing.assert_allclose(held_k.numpy(), roundtrip(k.numpy(), "int8", "channel"), rtol=1e-6)
+    np.testing.assert_allclose(held_v.numpy(), roundtrip(v.numpy(), "int8", "token"), rtol=1e-6)
+    assert not torch.equal(held_k, k)
+    plain = stored_kv_cache(model.config, None, capacity=8)
+    assert torch.equal(plain.append(0, k, v)[0], k)
+    for bad in (dict(fmt="int4"), dict(fmt="int8", key_granularity="head")):
+        with pytest.raises(ValueError, match="fmt|key_granularity"):
+            stored_kv_cache(model.config, **{"fmt": None, **bad})
+
+
+def test_stored_cache_loss_is_the_model_loss_without_storage_and_changes_with_it(llama):
+    from helpers.kv_quant import stored_cache_loss
+
+    model, ids = llama
+    with torch.no_grad():
+        logits = model(ids)[0, :-1]
+    exact = float(torch.nn.functional.cross_entropy(logits, ids[0, 1:]))
+    assert stored_cache_loss(model, ids, None) == pytest.approx(exact, abs=1e-6)
+    assert stored_cache_loss(model, ids, "e5m2", "tensor", "tensor") != pytest.approx(exact, abs=1e-6)
