@@ -10,8 +10,10 @@ which exist on the CPU; what is stored is one byte per element.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -275,3 +277,13 @@ def stored_cache_loss(model, ids: torch.Tensor, fmt: str | None, key_granularity
                             dtype=next(model.parameters()).dtype, device=ids.device)
     logits = model(ids, cache)[0, :-1].float()
     return float(torch.nn.functional.cross_entropy(logits, ids[0, 1:]))
+
+
+REAL_RESULTS = Path(__file__).resolve().parents[1] / "results" / "kv_quant_real.json"
+
+
+def load_real_results(path: Path = REAL_RESULTS) -> dict:
+    """The measurements of scripts/kv_quant_real.py on SmolLM2 (lesson 02 loads them)."""
+    if not Path(path).exists():
+        raise FileNotFoundError(f"{path} is missing: run python scripts/kv_quant_real.py")
+    return json.loads(Path(path).read_text())

@@ -29,7 +29,8 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from helpers.kv_quant import FORMATS, GRANULARITIES, collect_qkv, layer_output_errors, stored_cache_loss  # noqa: E402
+from helpers.kv_quant import (FORMATS, GRANULARITIES, REAL_RESULTS, collect_qkv, layer_output_errors,  # noqa: E402
+                              stored_cache_loss)
 from helpers.pretrained import load_smollm2  # noqa: E402
 from helpers.text_data import language_reference  # noqa: E402
 
@@ -41,7 +42,7 @@ SPLITS = [("tensor", "tensor"), ("channel", "channel"), ("token", "token"), ("ch
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=1024)
-    parser.add_argument("--out", type=Path, default=ROOT / "results" / "kv_quant_real.json")
+    parser.add_argument("--out", type=Path, default=REAL_RESULTS)
     args = parser.parse_args()
     torch.manual_seed(0)
     start = time.perf_counter()

@@ -486,3 +486,11 @@ def test_stored_cache_loss_is_the_model_loss_without_storage_and_changes_with_it
     exact = float(torch.nn.functional.cross_entropy(logits, ids[0, 1:]))
     assert stored_cache_loss(model, ids, None) == pytest.approx(exact, abs=1e-6)
     assert stored_cache_loss(model, ids, "e5m2", "tensor", "tensor") != pytest.approx(exact, abs=1e-6)
+
+
+def test_load_real_results_names_the_script_when_missing(tmp_path):
+    from helpers.kv_quant import REAL_RESULTS, load_real_results
+
+    assert load_real_results()["layer_output_error"] and REAL_RESULTS.name == "kv_quant_real.json"
+    with pytest.raises(FileNotFoundError, match="scripts/kv_quant_real.py"):
+        load_real_results(tmp_path / "none.json")
