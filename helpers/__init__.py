@@ -23,6 +23,7 @@ One module per concept:
 - ``decode_panel``: the lesson 04 panel.
 - ``roofline``: chips, the roofline, the decode ceiling, the batch that fits.
 - ``paged_kv``: the paged KV allocator (blocks, free list, block tables, copy-on-write).
+- ``paged_attention``: attention that reads a sequence's keys and values through its block table.
 - ``serving_sim``: a seeded serving workload and the memory each reservation scheme wastes.
 - ``serving_panel``: the lesson 05 panel.
 - ``eviction``: eviction and compression policies and a cache that applies them.
