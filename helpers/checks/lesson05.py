@@ -130,5 +130,5 @@ def decode_ceiling(fn, seed: int = 4, n_random: int = 20) -> None:
                    params=("bandwidth", "weight_bytes", "cache_bytes_per_token", "context", "batch"),
                    convert=as_float, compare=close(), diagnose=diagnose,
                    hint="bytes per step = weights (once) + batch x context x cache bytes per token; tokens/s = "
-                        "batch x bandwidth / bytes per step (lesson 05, section 1).")
+                        "batch x bandwidth / bytes per step (lesson 05, section 2).")
 
