@@ -61,7 +61,8 @@ def _state(value):
 
 def _step_cases(seed: int, n_random: int) -> list[tuple]:
     rng = random.Random(seed)
-    cases = [([], 0, [3, 2, 1], 4), ([7], 3, [5], 4), ([7], 4, [5, 9], 4), ([0, 1], 7, [2], 4)]
+    cases = [([], 0, [3, 2, 1], 4), ([7], 3, [5], 4), ([7], 4, [5, 9], 4), ([0, 1], 7, [2], 4),
+             ([7], 3, [], 4)]  # no block needed, none free: no error
     for _ in range(n_random):
         block = rng.choice([1, 2, 4, 16])
         length = rng.randint(0, 40)
