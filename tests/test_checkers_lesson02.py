@@ -104,7 +104,7 @@ def test_int8_truncation_instead_of_rounding():
         q, scale = good_quantize(x)
         return np.trunc(x / scale).astype(np.int8), scale
 
-    with pytest.raises(AssertionError, match=r"should be within scale/2 of x"):
+    with pytest.raises(AssertionError, match=r"truncated toward zero.*round first"):
         check.int8_per_channel(truncate, good_dequantize)
 
 
@@ -124,3 +124,14 @@ def test_longest_context_mistakes():
         check.longest_context(lambda B, W, L, k, d, b, n: (B - W) // (n * 2 * L * k * d * b))
     with pytest.raises(AssertionError, match="one token too many"):
         check.longest_context(lambda *a: good_fit(*a) + 1)
+
+
+def test_int8_floor_and_swapped_pair_are_named():
+    def floor(x):
+        q, scale = good_quantize(x)
+        return np.floor(x / scale).astype(np.int8), scale
+
+    with pytest.raises(AssertionError, match=r"holding -128: a value was rounded down past -127 \(np\.floor"):
+        check.int8_per_channel(floor, good_dequantize)
+    with pytest.raises(AssertionError, match=r"order looks swapped; return \(q, scale\)"):
+        check.int8_per_channel(lambda x: good_quantize(x)[::-1], good_dequantize)
