@@ -213,3 +213,54 @@ def kept_history(model, ids: torch.Tensor, policy: str, budget: int, sinks: int 
         positions = cache.kept_positions[: cache.length]
         history[t, positions] = torch.where(cache.quantized[: cache.length], 2, 1).to(torch.int8)
     return history
+
+
+# ---- static policies in one pass ----------------------------------------------------------------
+STATIC_POLICIES = ("full", "window", "sinks")
+
+
+def visible_keys(n: int, policy: str, budget: int, sinks: int = 4) -> torch.Tensor:
+    """Boolean (n, n): which keys the query at each position sees when n tokens are fed one at a
+    time through an ``EvictingCache`` with a static policy: what the cache kept after the previous
+    step (the ``budget`` most recent tokens, or the first ``sinks`` plus the ``budget - sinks`` most
+    recent), plus the token itself. These policies never look at the text, so the whole stream can
+    be scored in one forward pass with this mask (``static_policy_losses``)."""
+    if policy not in STATIC_POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(STATIC_POLICIES)} (the others depend on attention "
+                         f"or change stored values, so they need the step-by-step cache); got {policy!r}")
+    query, key = torch.arange(positive_int("n", n))[:, None], torch.arange(n)[None, :]
+    causal = key <= query
+    if policy == "full":
+        return causal
+    budget = positive_int("budget", budget)
+    if policy == "window":
+        return causal & (key >= query - budget)
+    if budget <= sinks:
+        raise ValueError(f"budget ({budget}) must exceed sinks ({sinks}) to leave room for a window")
+    return causal & ((key >= query - (budget - sinks)) | (key < sinks))
+
+
+class MaskedCache(KVCache):
+    """A KVCache that holds every token but lets each query see only the keys ``visible`` (n, n)
+    allows, through the attention-score bias (-inf for the others)."""
+
+    def __init__(self, config: LlamaConfig, visible: torch.Tensor):
+        if visible.ndim != 2 or visible.shape[0] != visible.shape[1]:
+            raise ValueError(f"visible must be a square (n, n) boolean mask; got shape {tuple(visible.shape)}")
+        super().__init__(config, batch=1, capacity=visible.shape[0])
+        self.visible = visible
+
+    def score_bias(self, rows: int) -> torch.Tensor:
+        queries = slice(self.position, self.position + self._pending)  # the tokens of this forward pass
+        return torch.where(self.visible[queries, :rows], 0.0, float("-inf"))
+
+
+@torch.no_grad()
+def static_policy_losses(model, ids: torch.Tensor, policy: str, budget: int, sinks: int = 4) -> torch.Tensor:
+    """Next-token loss (nats) at every position of ``ids`` (1, n), (n - 1,), under a static policy,
+    from one forward pass: the same numbers ``evaluate`` gets one step at a time, to round-off."""
+    if ids.ndim != 2 or ids.shape[0] != 1:
+        raise ValueError(f"ids must be (1, n), got shape {tuple(ids.shape)}")
+    cache = MaskedCache(model.config, visible_keys(ids.shape[1], policy, budget, sinks))
+    logits = model(ids, cache)[0, :-1].float()
+    return torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="none")

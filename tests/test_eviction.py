@@ -160,3 +160,28 @@ def test_sink_bias_draws_attention_and_keeps_full_agreement(model, ids):
         unbiased = float(model.attention_weights[0][0, :, 10:, 0].mean())
     assert biased > 5 * unbiased
     assert evaluate(model, ids, "full", 48, sink_bias=8.0)["agreement"] == 1.0
+
+
+# ---- static policies scored in one pass ---------------------------------------------------------
+@pytest.mark.parametrize("policy, budget", [("window", 5), ("window", 12), ("sinks", 8), ("sinks", 12), ("full", 40)])
+def test_one_pass_losses_equal_the_step_by_step_cache(model, ids, policy, budget):
+    from helpers.eviction import static_policy_losses
+
+    losses = static_policy_losses(model, ids, policy, budget)
+    assert losses.shape == (ids.shape[1] - 1,)
+    assert float(losses.mean()) == pytest.approx(evaluate(model, ids, policy, budget)["loss"], abs=1e-5)
+
+
+def test_visible_keys_of_each_static_policy():
+    from helpers.eviction import visible_keys
+
+    window = visible_keys(10, "window", 3)
+    assert window[9].nonzero().flatten().tolist() == [6, 7, 8, 9]  # the 3 kept before it, and itself
+    assert window[2].nonzero().flatten().tolist() == [0, 1, 2]
+    sinks = visible_keys(12, "sinks", 6, sinks=2)
+    assert sinks[11].nonzero().flatten().tolist() == [0, 1, 7, 8, 9, 10, 11]
+    assert torch.equal(visible_keys(5, "full", 1), torch.ones(5, 5, dtype=torch.bool).tril())
+    with pytest.raises(ValueError, match="step-by-step cache"):
+        visible_keys(5, "heavy", 3)
+    with pytest.raises(ValueError, match="must exceed sinks"):
+        visible_keys(5, "sinks", 4, sinks=4)
