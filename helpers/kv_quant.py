@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from helpers.attention import grouped_query_attention
+from helpers.llama import KVCache, apply_rope
 
 FP8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 FORMATS = ("int8", "e4m3", "e5m2")  # the 8-bit formats; "bf16" (no scale) is accepted as the 16-bit baseline
@@ -213,7 +214,6 @@ def _stored(x: torch.Tensor, fmt: str | None, granularity: str) -> torch.Tensor:
 def collect_qkv(model, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(queries, keys, values) of every layer of ``model`` (a ``helpers.llama`` decoder) reading
     ``ids`` (1, tokens), after RoPE, in float32. Keys and values are read from a KVCache."""
-    from helpers.llama import KVCache, apply_rope
 
     if ids.ndim != 2 or ids.shape[0] != 1:
         raise ValueError(f"ids must be (1, tokens), got shape {tuple(ids.shape)}")
@@ -249,23 +249,24 @@ def layer_output_errors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, which
     return ((out - exact).flatten(1).norm(dim=1) / exact.flatten(1).norm(dim=1)).numpy()
 
 
-def stored_kv_cache(config, fmt: str | None, key_granularity: str = "channel", value_granularity: str = "token",
-                    **cache_kwargs):
+class StoredKVCache(KVCache):
     """A ``helpers.llama.KVCache`` that stores each appended chunk of keys and values in ``fmt``
-    (None: as given), keys and values each with their own granularity; scales cover the chunk."""
-    from helpers.llama import KVCache
+    (None: as given), keys and values each with their own granularity; scales cover the chunk.
+    Other keyword arguments (capacity, dtype, ...) are KVCache's."""
 
-    for name, granularity in (("key_granularity", key_granularity), ("value_granularity", value_granularity)):
-        if granularity not in GRANULARITIES:
-            raise ValueError(f"{name} must be one of {', '.join(GRANULARITIES)}; got {granularity!r}")
-    if fmt is not None and fmt not in FORMATS + ("bf16",):
-        raise ValueError(f"fmt must be one of {', '.join(FORMATS)}, 'bf16' or None; got {fmt!r}")
+    def __init__(self, config, fmt: str | None, key_granularity: str = "channel", value_granularity: str = "token",
+                 **cache_kwargs):
+        for name, granularity in (("key_granularity", key_granularity), ("value_granularity", value_granularity)):
+            if granularity not in GRANULARITIES:
+                raise ValueError(f"{name} must be one of {', '.join(GRANULARITIES)}; got {granularity!r}")
+        if fmt is not None and fmt not in FORMATS + ("bf16",):
+            raise ValueError(f"fmt must be one of {', '.join(FORMATS)}, 'bf16' or None; got {fmt!r}")
+        super().__init__(config, **cache_kwargs)
+        self.fmt, self.key_granularity, self.value_granularity = fmt, key_granularity, value_granularity
 
-    class StoredKVCache(KVCache):
-        def append(self, layer, k, v):
-            return super().append(layer, _stored(k, fmt, key_granularity), _stored(v, fmt, value_granularity))
-
-    return StoredKVCache(config, **cache_kwargs)
+    def append(self, layer, k, v):
+        return super().append(layer, _stored(k, self.fmt, self.key_granularity),
+                              _stored(v, self.fmt, self.value_granularity))
 
 
 @torch.no_grad()
@@ -273,7 +274,7 @@ def stored_cache_loss(model, ids: torch.Tensor, fmt: str | None, key_granularity
                       value_granularity: str = "token") -> float:
     """Mean next-token loss (nats per token) of ``ids`` (1, tokens) read in one prefill whose cache
     stores keys and values in ``fmt`` (None: full precision): every attention reads stored values."""
-    cache = stored_kv_cache(model.config, fmt, key_granularity, value_granularity, batch=1, capacity=ids.shape[1],
+    cache = StoredKVCache(model.config, fmt, key_granularity, value_granularity, batch=1, capacity=ids.shape[1],
                             dtype=next(model.parameters()).dtype, device=ids.device)
     logits = model(ids, cache)[0, :-1].float()
     return float(torch.nn.functional.cross_entropy(logits, ids[0, 1:]))

@@ -461,20 +461,20 @@ def test_layer_output_errors_grow_with_coarser_formats(llama):
 
 
 def test_stored_cache_stores_appended_rows_in_the_format(llama):
-    from helpers.kv_quant import roundtrip, stored_kv_cache
+    from helpers.kv_quant import StoredKVCache, roundtrip
 
     model, _ = llama
-    cache = stored_kv_cache(model.config, "int8", "channel", "token", capacity=8)
+    cache = StoredKVCache(model.config, "int8", "channel", "token", capacity=8)
     k, v = torch.randn(2, 1, 2, 5, 8, generator=torch.Generator().manual_seed(3))
     held_k, held_v = cache.append(0, k, v)
     np.testing.assert_allclose(held_k.numpy(), roundtrip(k.numpy(), "int8", "channel"), rtol=1e-6)
     np.testing.assert_allclose(held_v.numpy(), roundtrip(v.numpy(), "int8", "token"), rtol=1e-6)
     assert not torch.equal(held_k, k)
-    plain = stored_kv_cache(model.config, None, capacity=8)
+    plain = StoredKVCache(model.config, None, capacity=8)
     assert torch.equal(plain.append(0, k, v)[0], k)
     for bad in (dict(fmt="int4"), dict(fmt="int8", key_granularity="head")):
         with pytest.raises(ValueError, match="fmt|key_granularity"):
-            stored_kv_cache(model.config, **{"fmt": None, **bad})
+            StoredKVCache(model.config, **{"fmt": None, **bad})
 
 
 def test_stored_cache_loss_is_the_model_loss_without_storage_and_changes_with_it(llama):
