@@ -2,7 +2,8 @@
 
 A policy decides, after each forward pass, what the cache keeps. The keep-masks are plain
 functions of the cached tokens' positions (and, for heavy hitters, of the attention they have
-received); ``EvictingCache`` applies a policy inside the lesson 04 decode loop.
+received); ``EvictingCache`` applies a policy inside the lesson 04 decode loop, dropping rows for
+real, separately in every layer and K/V head.
 
 Positions: keys are cached after rotary embedding, at the absolute position of their token, and
 a new token gets its true absolute position (``KVCache.position``), however many tokens were
@@ -13,26 +14,34 @@ reproduces the mistake of numbering new tokens by the cache's length while old k
 original rotation.
 
 Policies:
-- ``window``: the ``budget`` most recent tokens (a sliding window);
+- ``window``: the most recent tokens (a sliding window);
 - ``sinks``: the first ``sinks`` tokens of the sequence plus the most recent ones (StreamingLLM);
-- ``heavy``: the most recent half of the budget plus the tokens that have received the most
-  attention so far (H2O's heavy hitters), attention summed over layers and heads;
-- ``merge``: like ``sinks``, but a token leaving the window is merged (averaged) into the kept
-  neighbour whose key is most similar, instead of being dropped;
-- ``int8_old``: keeps every token, but stores keys and values older than the recent ``budget``
-  tokens in int8 (one scale per token), a quarter of float32's bytes.
+- ``heavy``: the most recent half of the budget plus the older tokens that have received the most
+  attention so far, chosen in every layer and K/V head separately (H2O); with grouped-query
+  attention a K/V head's score sums the attention of the query heads that read it;
+- ``heavy_shared``: the same, but one choice for the whole model (attention summed over layers and heads);
+- ``merge``: the first ``sinks`` tokens, a window, and ``memory`` slots: a token leaving the window
+  fills a free slot, or is averaged into the slot whose key is most similar (cosine, in every layer
+  and head); a slot standing for w tokens gets log(w) added to its attention score, as w copies of
+  one key would;
+- ``int8_old``: keeps every token, but stores tokens older than the recent ``budget`` in int8, in
+  groups of ``group`` tokens: keys with one scale per channel and group, values one per token
+  (KIVI's layout; lesson 02 measured why).
 """
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
 
 from helpers.kv_cache_size import positive_int
+from helpers.kv_quant import stored
 from helpers.llama import KVCache, LlamaConfig
 
-POLICIES = ("full", "window", "sinks", "heavy", "merge", "int8_old")
+POLICIES = ("full", "window", "sinks", "heavy", "heavy_shared", "merge", "int8_old")
+EVICTING = ("window", "sinks", "heavy", "heavy_shared", "merge")  # the policies that drop rows
 
 
 # ---- keep-masks: which of n cached tokens a policy keeps --------------------------------------
@@ -51,168 +60,199 @@ def sinks_keep(n: int, budget: int, sinks: int = 4) -> torch.Tensor:
 
 
 def heavy_keep(scores: torch.Tensor, budget: int, recent: int | None = None) -> torch.Tensor:
-    """Boolean (n,): the ``recent`` most recent tokens (default: half the budget) plus the rest
-    of the budget filled by the highest ``scores`` (attention received) among the older ones."""
-    n, budget = scores.shape[0], positive_int("budget", budget)
+    """Boolean, the shape of ``scores`` (..., n): in every row (a layer and head, say), the
+    ``recent`` most recent tokens (default: half the budget) plus the rest of the budget filled by
+    the older tokens of highest score (attention received). Every row keeps min(n, budget) tokens."""
+    n, budget = scores.shape[-1], positive_int("budget", budget)
     recent = budget // 2 if recent is None else positive_int("recent", recent, allow_zero=True)
     if recent > budget:
         raise ValueError(f"recent ({recent}) cannot exceed budget ({budget})")
-    keep = window_keep(n, recent) if recent else torch.zeros(n, dtype=torch.bool)
-    older = (~keep).nonzero().flatten()
-    room = min(budget - int(keep.sum()), len(older))
+    keep = (torch.arange(n) >= n - recent).expand(scores.shape).clone()  # the recent ones
+    room = min(budget, n) - min(recent, n)
     if room > 0:
-        keep[older[scores[older].topk(room).indices]] = True
+        older = scores.masked_fill(keep, float("-inf"))
+        keep.scatter_(-1, older.topk(room, dim=-1).indices, True)
     return keep
 
 
 # ---- a cache that applies a policy -------------------------------------------------------------
 class EvictingCache(KVCache):
-    """A KVCache that keeps at most ``budget`` tokens (``int8_old``: stores older ones in 8 bits).
+    """A KVCache (batch 1) that applies ``policy`` after every forward pass.
 
-    ``kept_positions`` lists the absolute position of every row held; ``scores`` the attention
-    each row has received (summed over layers and heads), used by ``heavy``.
+    Evicting policies hold ``budget - chunk + 1`` rows after a pass, so that when the tokens are
+    fed ``chunk`` at a time no query sees more keys than one-at-a-time decoding would (the budget,
+    plus itself); with ``chunk=1`` that is the budget. ``int8_old`` keeps every row, the most recent
+    ``budget`` (and up to ``group - 1`` more) in full precision. Per layer and K/V head, in row
+    order: ``positions`` the absolute position of each row (a merge slot: its first token),
+    ``scores`` the attention it has received, ``counts`` the tokens it stands for.
     """
 
     def __init__(self, config: LlamaConfig, policy: str, budget: int, capacity: int, sinks: int = 4,
-                 compact_positions: bool = False, sink_bias: float = 0.0):
+                 chunk: int = 1, memory: int | None = None, group: int = 32, compact_positions: bool = False):
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
-        budget = positive_int("budget", budget)
         super().__init__(config, batch=1, capacity=capacity)
-        self.policy, self.budget, self.sinks = policy, budget, sinks
-        if policy in ("sinks", "merge") and budget <= sinks:
-            raise ValueError(f"budget ({budget}) must exceed sinks ({sinks}) to leave room for a window")
+        self.policy, self.budget = policy, positive_int("budget", budget)
+        self.sinks, self.chunk = positive_int("sinks", sinks, allow_zero=True), positive_int("chunk", chunk)
+        self.group = positive_int("group", group)
+        self.keep_rows = self.budget - self.chunk + 1
+        if policy in EVICTING and self.keep_rows < 1:
+            raise ValueError(f"budget ({budget}) must be at least chunk ({chunk})")
+        if policy in ("sinks", "merge") and self.keep_rows <= self.sinks:
+            raise ValueError(f"budget ({budget}) must exceed sinks ({sinks}) + chunk ({chunk}) - 1 "
+                             "to leave room for a window")
+        self.memory = (self.keep_rows - self.sinks) // 2 if memory is None else positive_int("memory", memory, allow_zero=True)
+        if policy == "merge" and self.sinks + self.memory >= self.keep_rows:
+            raise ValueError(f"sinks ({sinks}) + memory ({self.memory}) leave no room for a window "
+                             f"in {self.keep_rows} rows")
         self.compact_positions = compact_positions
-        self.kept_positions = torch.zeros(0, dtype=torch.long)
-        self.scores = torch.zeros(0)
-        self.weights = torch.ones(0)  # tokens merged into each row (merge)
-        self.quantized = torch.zeros(0, dtype=torch.bool)  # rows stored in int8 (int8_old)
-        self.needs_attention = policy == "heavy"
-        self.sink_bias = float(sink_bias)
+        heads = (config.n_layers, config.n_kv_heads, 0)
+        self.positions = torch.zeros(heads, dtype=torch.long)
+        self.scores = torch.zeros(heads)
+        self.counts = torch.ones(heads)
+        self.slots = 0  # merge: memory slots in use (rows sinks .. sinks + slots - 1)
+        self.quantized = 0  # int8_old: rows 0 .. quantized - 1 are stored in int8
+        self.needs_attention = policy in ("heavy", "heavy_shared")
 
-    def score_bias(self, rows: int) -> torch.Tensor | None:
-        """The controlled experiment of lesson 06: add ``sink_bias`` to every score of the key at
-        absolute position 0 while it is held, making the first token a sink by construction."""
-        if not self.sink_bias:
+    def score_bias(self, layer: int, rows: int) -> torch.Tensor | None:
+        """merge: log(tokens a slot stands for) on each held row, per query head (heads, 1, rows)."""
+        if self.policy != "merge":
             return None
-        new = rows - self.length
-        positions = torch.cat([self.kept_positions[: self.length], torch.arange(self.position, self.position + new)])
-        return torch.where(positions == 0, self.sink_bias, 0.0)
+        held = self.counts[layer].log()  # (kv_heads, length)
+        bias = torch.cat([held, held.new_zeros(held.shape[0], rows - self.length)], dim=1)
+        group = self.config.n_heads // self.config.n_kv_heads
+        return bias.repeat_interleave(group, dim=0)[:, None, :]
 
     def advance(self, attention: list[torch.Tensor] | None = None) -> None:
-        new = self._pending
-        first = self.position
+        new, first = self._pending, self.position
         super().advance()
-        self.kept_positions = torch.cat([self.kept_positions, torch.arange(first, first + new)])
-        self.scores = torch.cat([self.scores, torch.zeros(new)])
-        self.weights = torch.cat([self.weights, torch.ones(new)])
-        self.quantized = torch.cat([self.quantized, torch.zeros(new, dtype=torch.bool)])
-        if attention is not None:  # (batch, heads, new, length) per layer -> attention received per row
-            self.scores += sum(w[0].sum(dim=(0, 1)) for w in attention)
+        layers, kv_heads, _ = self.positions.shape
+        self.positions = torch.cat([self.positions, torch.arange(first, first + new).expand(layers, kv_heads, new)], -1)
+        self.scores = torch.cat([self.scores, torch.zeros(layers, kv_heads, new)], -1)
+        self.counts = torch.cat([self.counts, torch.ones(layers, kv_heads, new)], -1)
+        if attention is not None:  # (batch, heads, new, length) per layer -> attention received per row and K/V head
+            received = torch.stack([w[0].sum(dim=1) for w in attention])  # (layers, heads, length)
+            self.scores += received.view(layers, kv_heads, -1, self.length).sum(dim=2)
         if self.policy == "int8_old":
             self._quantize_old()
-        elif self.policy != "full" and self.length > self.budget:
-            if self.policy == "merge":
-                self._merge()
-            else:
-                self._keep(self._mask())
+        elif self.policy == "merge":
+            self._merge()
+        elif self.policy != "full" and self.length > self.keep_rows:
+            self._keep(self._mask())
         if self.compact_positions:
             self.position = self.length  # the mistake: number the next token by the cache's length
 
     def _mask(self) -> torch.Tensor:
+        """Boolean (layers, kv_heads, length): the rows to keep, the same number in every head."""
+        shape = self.positions.shape
         if self.policy == "window":
-            return window_keep(self.length, self.budget)
+            return window_keep(self.length, self.keep_rows).expand(shape)
         if self.policy == "sinks":
-            return sinks_keep(self.length, self.budget, self.sinks)
-        return heavy_keep(self.scores, self.budget)
+            return sinks_keep(self.length, self.keep_rows, self.sinks).expand(shape)
+        if self.policy == "heavy_shared":
+            return heavy_keep(self.scores.sum(dim=(0, 1)), self.keep_rows).expand(shape)
+        return heavy_keep(self.scores, self.keep_rows)
 
     def _keep(self, mask: torch.Tensor) -> None:
-        index = mask.nonzero().flatten()
-        n = len(index)
-        self.keys[:, :, :, :n] = self.keys[:, :, :, index].clone()
-        self.values[:, :, :, :n] = self.values[:, :, :, index].clone()
-        for name in ("kept_positions", "scores", "weights", "quantized"):
-            setattr(self, name, getattr(self, name)[index])
-        self.length = n
+        """Hold only the rows ``mask`` (layers, kv_heads, length) marks, in order, per layer and head."""
+        layers, kv_heads, n = mask.shape
+        kept = int(mask[0, 0].sum())
+        index = mask.nonzero()[:, 2].view(layers, kv_heads, kept)  # row-major: each head's rows in order
+        rows = index[..., None].expand(-1, -1, -1, self.config.head_dim)
+        for store in (self.keys, self.values):
+            store[:, 0, :, :kept] = store[:, 0, :, :n].gather(2, rows)
+        for name in ("positions", "scores", "counts"):
+            setattr(self, name, getattr(self, name).gather(2, index))
+        self.length = kept
 
     def _merge(self) -> None:
-        """Merge the oldest row outside the sinks and the window into its most similar kept neighbour."""
-        while self.length > self.budget:
-            victim = self.sinks  # the oldest row that is neither a sink nor in the window
-            neighbours = [i for i in (victim - 1, victim + 1) if self.sinks <= i < self.length]
-            if not neighbours:
-                self._keep(torch.arange(self.length) != victim)
-                continue
-            keys = self.keys[:, 0, :, : self.length]  # (layers, kv_heads, length, head_dim)
-            similarity = [torch.cosine_similarity(keys[:, :, victim], keys[:, :, i], dim=-1).mean() for i in neighbours]
-            target = neighbours[int(torch.stack(similarity).argmax())]
-            w_v, w_t = self.weights[victim], self.weights[target]
-            for store in (self.keys, self.values):
-                store[:, :, :, target] = (w_v * store[:, :, :, victim] + w_t * store[:, :, :, target]) / (w_v + w_t)
-            self.weights[target] = w_v + w_t
-            self.scores[target] += self.scores[victim]
-            self._keep(torch.arange(self.length) != victim)
+        """Rows: sinks | memory slots | window. Rows older than the window fill free slots, then
+        each of the others is averaged into its most similar slot (per layer and head) and dropped."""
+        window = self.keep_rows - self.sinks - self.memory
+        leaving = self.length - self.sinks - self.slots - window
+        if leaving <= 0:
+            return
+        filled = min(leaving, self.memory - self.slots)
+        self.slots += filled  # rows right after the slots simply become slots
+        leaving -= filled
+        if leaving == 0:
+            return
+        slots = slice(self.sinks, self.sinks + self.slots)
+        out = slice(slots.stop, slots.stop + leaving)
+        if self.slots:  # with no memory slots the leaving rows are simply dropped
+            unit = torch.nn.functional.normalize(self.keys[:, 0, :, : self.length], dim=-1)  # (layers, kv_heads, length, head_dim)
+            target = (unit[:, :, out] @ unit[:, :, slots].transpose(-1, -2)).argmax(dim=-1)  # (layers, kv_heads, leaving)
+            weight_in, weight_at = self.counts[:, :, out], self.counts[:, :, slots]
+            weights = weight_at.scatter_add(2, target, weight_in)
+            for store in (self.keys[:, 0], self.values[:, 0]):  # weighted averages, written in place
+                total = store[:, :, slots] * weight_at[..., None]
+                total.scatter_add_(2, target[..., None].expand(-1, -1, -1, store.shape[-1]),
+                                   store[:, :, out] * weight_in[..., None])
+                store[:, :, slots] = total / weights[..., None]
+            self.counts[:, :, slots] = weights
+            self.scores[:, :, slots] = self.scores[:, :, slots].scatter_add(2, target, self.scores[:, :, out])
+        keep = torch.ones(self.length, dtype=torch.bool)
+        keep[out] = False
+        self._keep(keep.expand(self.positions.shape))
 
     def _quantize_old(self) -> None:
-        """Store rows older than the recent ``budget`` in int8, one scale per row (round trip)."""
-        old = ~window_keep(self.length, self.budget) & ~self.quantized
-        for i in old.nonzero().flatten().tolist():
-            for store in (self.keys, self.values):
-                rows = store[:, :, :, i]  # (layers, batch, kv_heads, head_dim)
-                scale = rows.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / 127
-                store[:, :, :, i] = (rows / scale).round().clamp(-127, 127) * scale
-        self.quantized |= old
+        """Store each complete group of ``group`` rows older than the recent ``budget`` in int8."""
+        while self.length - self.budget - self.quantized >= self.group:
+            rows = slice(self.quantized, self.quantized + self.group)
+            self.keys[:, :, :, rows] = stored(self.keys[:, :, :, rows], "int8", "channel")  # scale per channel over the group
+            self.values[:, :, :, rows] = stored(self.values[:, :, :, rows], "int8", "token")
+            self.quantized += self.group
 
     def stored_bytes(self) -> int:
-        """Bytes held: float32 rows at 4 bytes per number, int8 rows at 1 (plus a 4-byte scale per row and head)."""
+        """Bytes a real implementation holds: full-precision rows at the cache's element size; int8
+        rows at 1 byte per number plus float32 scales (keys: one per channel and group; values: one
+        per token); merge slots add a float32 count each. Per layer and K/V head, keys and values."""
         layers, _, kv_heads, _, head_dim = self.keys.shape
-        n_int8 = int(self.quantized[: self.length].sum())
-        n_float = self.length - n_int8
-        return 2 * layers * kv_heads * (n_float * head_dim * 4 + n_int8 * (head_dim + 4))
+        full = self.length - self.quantized
+        per_head = 2 * full * head_dim * self.keys.element_size()
+        per_head += 2 * self.quantized * head_dim + 4 * (self.quantized // self.group * head_dim + self.quantized)
+        if self.policy == "merge":
+            per_head += 4 * self.length
+        return layers * kv_heads * per_head
+
+
+# ---- running a policy over a text ---------------------------------------------------------------
+@torch.no_grad()
+def chunked_losses(model, ids: torch.Tensor, cache: KVCache, chunk: int = 1) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Feed ``ids`` (1, n) through ``cache``, ``chunk`` tokens per forward pass. Returns the
+    next-token loss (nats) at every position (n - 1,), the top prediction there (n - 1,), and the
+    most bytes the cache held after a pass (``stored_bytes`` where the cache has it)."""
+    if ids.ndim != 2 or ids.shape[0] != 1:
+        raise ValueError(f"ids must be (1, n), got shape {tuple(ids.shape)}")
+    n, chunk = ids.shape[1], positive_int("chunk", chunk)
+    losses, top, peak = [], [], 0
+    for start in range(0, n - 1, chunk):
+        piece = ids[:, start: min(start + chunk, n - 1)]
+        logits = model(piece, cache)[0].float()
+        targets = ids[0, start + 1: start + 1 + piece.shape[1]]
+        losses.append(torch.nn.functional.cross_entropy(logits, targets, reduction="none"))
+        top.append(logits.argmax(-1))
+        peak = max(peak, cache.stored_bytes() if hasattr(cache, "stored_bytes") else cache.nbytes())
+    return torch.cat(losses), torch.cat(top), peak
 
 
 @torch.no_grad()
-def evaluate(model, ids: torch.Tensor, policy: str, budget: int, sinks: int = 4,
-             compact_positions: bool = False, sink_bias: float = 0.0) -> dict:
-    """Feed ``ids`` (1, n) one token at a time through an EvictingCache; compare each next-token
-    prediction with the full cache's. Returns the mean loss (nats/token), the share of positions
-    whose top prediction equals the full cache's, the most bytes held after a step (during a step
-    one more token sits in the cache before the policy runs), and the wall seconds per step."""
+def evaluate(model, ids: torch.Tensor, policy: str, budget: int, chunk: int = 1, full_top: torch.Tensor | None = None,
+             **cache_kwargs) -> dict:
+    """Run ``policy`` over ``ids`` (1, n) with ``chunk`` tokens per pass and compare it with the full
+    cache. Returns the mean loss (nats/token), the loss at every position, the share of positions
+    whose top prediction equals the full cache's (``full_top``, (n - 1,), computed when not given),
+    the most bytes held, and the wall seconds per token. Other keywords go to ``EvictingCache``."""
     n = ids.shape[1]
-    if sink_bias:  # the reference is the same biased model with every token kept
-        reference = EvictingCache(model.config, "full", n, capacity=n, sink_bias=sink_bias)
-        full_logits = torch.cat([model(ids[:, t:t + 1], reference)[0] for t in range(n)])
-    else:
-        full_logits = model(ids)[0]
-    keeps_all = policy in ("full", "int8_old")
-    cache = EvictingCache(model.config, policy, budget, capacity=n if keeps_all else min(n, budget) + 1,
-                          sinks=sinks, compact_positions=compact_positions, sink_bias=sink_bias)
-    logits, peak = [], 0
+    if full_top is None:
+        full_top = model(ids[:, :-1])[0].argmax(-1)
+    capacity = n if policy in ("full", "int8_old") else budget + 1
+    cache = EvictingCache(model.config, policy, budget, capacity=capacity, chunk=chunk, **cache_kwargs)
     start = time.perf_counter()
-    for t in range(n - 1):
-        logits.append(model(ids[:, t:t + 1], cache)[0, -1])
-        peak = max(peak, cache.stored_bytes())
+    losses, top, peak = chunked_losses(model, ids, cache, chunk)
     seconds = (time.perf_counter() - start) / (n - 1)
-    logits = torch.stack(logits)
-    loss = torch.nn.functional.cross_entropy(logits, ids[0, 1:]).item()
-    agree = (logits.argmax(-1) == full_logits[:-1].argmax(-1)).float().mean().item()
-    return {"loss": loss, "agreement": agree, "peak_bytes": peak, "seconds_per_step": seconds}
-
-
-@torch.no_grad()
-def kept_history(model, ids: torch.Tensor, policy: str, budget: int, sinks: int = 4) -> torch.Tensor:
-    """Feed ``ids`` (1, n) one token at a time through an EvictingCache and record, after each
-    step t, which absolute positions 0..t the cache holds: int8 (n - 1, n), 0 = evicted or not yet
-    seen, 1 = held, 2 = held in int8 (``int8_old``); merged rows count as held at their position."""
-    n = ids.shape[1]
-    keeps_all = policy in ("full", "int8_old")
-    cache = EvictingCache(model.config, policy, budget, capacity=n if keeps_all else min(n, budget) + 1, sinks=sinks)
-    history = torch.zeros(n - 1, n, dtype=torch.int8)
-    for t in range(n - 1):
-        model(ids[:, t:t + 1], cache)
-        positions = cache.kept_positions[: cache.length]
-        history[t, positions] = torch.where(cache.quantized[: cache.length], 2, 1).to(torch.int8)
-    return history
+    return {"loss": float(losses.mean()), "losses": losses, "agreement": float((top == full_top).float().mean()),
+            "peak_bytes": peak, "seconds_per_token": seconds}
 
 
 # ---- static policies in one pass ----------------------------------------------------------------
@@ -250,7 +290,7 @@ class MaskedCache(KVCache):
         super().__init__(config, batch=1, capacity=visible.shape[0])
         self.visible = visible
 
-    def score_bias(self, rows: int) -> torch.Tensor:
+    def score_bias(self, layer: int, rows: int) -> torch.Tensor:
         queries = slice(self.position, self.position + self._pending)  # the tokens of this forward pass
         return torch.where(self.visible[queries, :rows], 0.0, float("-inf"))
 

@@ -1,8 +1,9 @@
-"""The lesson 06 panel: policy and budget -> which positions the cache holds over time, its
-memory ceiling, and the measured quality against the budget.
+"""The lesson 06 panel: policy and budget -> which positions SmolLM2's cache holds in every layer
+and K/V head at the end of a 2,048-token text, and the measured perplexity against the memory kept.
 
-Everything it draws comes from ``results/eviction_quality.json`` (written by
-``scripts/eviction_quality.py``), so a slider move only redraws.
+Everything it draws comes from ``results/eviction_real.json`` (scripts/eviction_real.py: the exact
+window and sinks) and ``results/eviction_chunked.json`` (scripts/eviction_chunked.py: the policies
+that need the cache step by step), so a slider move only redraws.
 """
 
 from __future__ import annotations
@@ -17,55 +18,98 @@ import numpy as np
 
 from helpers.panel_output import show_figure
 
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "eviction_quality.json"
-PANEL_POLICIES = ("window", "sinks", "heavy", "merge", "int8_old")
-PANEL_BUDGETS = (16, 32, 64)
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+PANEL_POLICIES = ("window", "sinks", "heavy", "heavy_shared", "merge", "int8_old")
+PANEL_BUDGETS = (64, 128, 256, 512)
+EXACT = ("window", "sinks")  # scored exactly in one pass; the others ran in chunks
 
 
 @lru_cache(maxsize=2)
-def load_results(path: Path = RESULTS) -> dict:
-    """The measurements of scripts/eviction_quality.py."""
-    if not Path(path).exists():
-        raise FileNotFoundError(f"{path} is missing: run scripts/eviction_quality.py")
-    return json.loads(Path(path).read_text())
+def load_results(directory: Path = RESULTS) -> dict:
+    """{"static": scripts/eviction_real.py's results, "chunked": scripts/eviction_chunked.py's}."""
+    found = {}
+    for key, name, script in (("static", "eviction_real.json", "scripts/eviction_real.py"),
+                              ("chunked", "eviction_chunked.json", "scripts/eviction_chunked.py")):
+        path = Path(directory) / name
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing: run python {script}")
+        found[key] = json.loads(path.read_text())
+    return found
 
 
-def history(results: dict, policy: str, budget: int) -> np.ndarray:
-    """(steps, positions) int array: 0 evicted or unseen, 1 held, 2 held in int8."""
-    key = f"{policy} {budget}"
-    if key not in results["kept_history_128"]:
-        raise ValueError(f"no recorded history for policy {policy!r} with budget {budget}; "
-                         f"recorded: {', '.join(results['kept_history_128'])}")
-    return np.array([[int(c) for c in row] for row in results["kept_history_128"][key]])
+def perplexity(results: dict, policy: str, budget: int | None = None) -> float:
+    """Mean perplexity over the texts: exact for full, window and sinks, chunked for the others."""
+    key = policy if budget is None else f"{policy}/{budget}"
+    table = results["static"] if policy in EXACT + ("full",) else results["chunked"]["quality"]
+    if key not in table["perplexity_mean"]:
+        raise ValueError(f"no measurement for {key!r}; measured: {', '.join(table['perplexity_mean'])}")
+    return table["perplexity_mean"][key]
 
 
-def draw_eviction(policy: str = "sinks", budget: int = 32, results: dict | None = None):
-    """Left: kept positions step by step. Right: loss against budget, this policy highlighted."""
+def memory_share(results: dict, policy: str, budget: int | None = None) -> float:
+    """The most cache a policy holds over a text, as a share of the full cache at the text's end."""
+    quality = results["chunked"]["quality"]
+    n = quality["texts"][0]["tokens"]
+    if policy in EXACT:
+        return budget / n
+    key = policy if budget is None else f"{policy}/{budget}"
+    return quality["peak_bytes"][key] / quality["peak_bytes"]["full"]
+
+
+def held_map(results: dict, policy: str, budget: int) -> np.ndarray:
+    """(layers x K/V heads, positions) ints for the first text once read: 0 not held, 1 held, 2 held in int8."""
+    quality = results["chunked"]["quality"]
+    n = quality["texts"][0]["tokens"]
+    fed = n - 1  # every token but the last was fed to predict the next
+    maps = quality["held_at_end_first_text"]["hex_bits"]
+    if f"{policy}/{budget}" in maps:  # the policies that choose by the text: recorded
+        hex_rows = maps[f"{policy}/{budget}"]
+        bits = np.array([[int(c, 16) for c in row] for row in hex_rows], dtype=np.uint8)
+        return np.unpackbits(bits[:, :, None], axis=2)[:, :, 4:].reshape(len(hex_rows), -1)[:, :n].astype(int)
+    if policy not in PANEL_POLICIES or budget not in PANEL_BUDGETS:
+        raise ValueError(f"policy must be one of {', '.join(PANEL_POLICIES)} and budget one of {PANEL_BUDGETS}; "
+                         f"got {policy!r}, {budget!r}")
+    heads = len(next(iter(maps.values())))
+    held = np.zeros(n, dtype=int)
+    if policy == "window":
+        held[fed - budget: fed] = 1
+    elif policy == "sinks":
+        held[: results["static"]["sinks"]] = 1
+        held[fed - (budget - results["static"]["sinks"]): fed] = 1
+    elif policy == "int8_old":
+        group = quality["int8_group"]
+        held[:fed] = 1
+        held[: (fed - budget) // group * group] = 2
+    return np.broadcast_to(held, (heads, n))
+
+
+def draw_eviction(policy: str = "heavy", budget: int = 256, results: dict | None = None):
+    """Left: positions held per layer and head at the end of the first text. Right: perplexity
+    against the memory kept, every policy, the chosen one in bold and its point ringed."""
     results = results or load_results()
-    kept = history(results, policy, budget)
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=80, gridspec_kw={"width_ratios": [1, 1.2]})
+    kept = held_map(results, policy, budget)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=80, gridspec_kw={"width_ratios": [1, 1.1]})
     a.imshow(kept, cmap=plt.matplotlib.colors.ListedColormap(["white", "tab:blue", "tab:orange"]), vmin=0, vmax=2,
              aspect="auto", interpolation="nearest")
-    a.set_xlabel("position in the sequence")
-    a.set_ylabel("decode step")
-    held = int((kept[-1] > 0).sum())
-    a.set_title(f"{policy}, budget {budget}: {held} positions held at the end", y=1.01, fontsize=10)
+    a.set_xlabel("position in the text")
+    a.set_ylabel("layer x K/V head (layer 0 at the top)")
+    a.set_title(f"{policy}, budget {budget}: held at the end", y=1.01, fontsize=10)
 
-    rows = results["results"]
-    full = next(r for r in rows if r["policy"] == "full")
-    for name in PANEL_POLICIES:  # "positions compacted" is off this scale; the lesson's table has it
-        points = sorted((r["budget"], r["loss"]) for r in rows if r["policy"] == name)
+    for name in PANEL_POLICIES:
+        x = [100 * memory_share(results, name, v) for v in PANEL_BUDGETS]
+        y = [perplexity(results, name, v) for v in PANEL_BUDGETS]
         style = dict(lw=2.5, marker="o") if name == policy else dict(lw=1, alpha=0.5, marker=".")
-        b.plot(*zip(*points), label=name, **style)
-    b.axhline(full["loss"], color="black", ls="--", label=f"full cache ({full['loss']:.3f})")
-    b.set_xscale("log", base=2)
-    budgets = sorted({r["budget"] for r in rows if r["policy"] != "full"})
-    b.set_xticks(budgets, [str(x) for x in budgets])
-    b.minorticks_off()
-    b.set_xlabel(f"budget (tokens; sequences of {results['length']})")
-    b.set_ylabel("held-out loss (nats per byte)")
-    per_token = next(r for r in rows if r["policy"] == "full")["peak_bytes"] / (results["length"] - 1)
-    b.set_title(f"memory ceiling at budget {budget}: {budget * per_token / 1024:.0f} KiB", y=1.01, fontsize=10)
+        b.plot(x, y, label=name + ("" if name in EXACT else " (chunked)"), **style)
+        if name == policy:
+            b.plot(x[PANEL_BUDGETS.index(budget)], y[PANEL_BUDGETS.index(budget)], "o", ms=12, mfc="none", color="black")
+    full = perplexity(results, "full")
+    b.axhline(full, color="black", ls="--", label=f"full cache ({full:.2f})")
+    b.set_xscale("log")
+    b.set_yscale("log")
+    b.set_xlabel("most cache held (% of the full cache at 2,048 tokens)")
+    b.set_ylabel("perplexity (mean of 3 texts)")
+    share, ppl = 100 * memory_share(results, policy, budget), perplexity(results, policy, budget)
+    b.set_title(f"{share:.0f}% of the cache, perplexity {ppl:.2f}", y=1.01, fontsize=10)
     b.legend(fontsize=7, loc="upper right")
     fig.subplots_adjust(left=0.07, right=0.98, bottom=0.14, top=0.9, wspace=0.25)
     return fig
@@ -73,8 +117,8 @@ def draw_eviction(policy: str = "sinks", budget: int = 32, results: dict | None 
 
 def eviction_panel() -> widgets.VBox:
     results = load_results()
-    policy = widgets.ToggleButtons(options=PANEL_POLICIES, value="sinks", description="policy")
-    budget = widgets.SelectionSlider(options=PANEL_BUDGETS, value=32, description="budget")
+    policy = widgets.ToggleButtons(options=PANEL_POLICIES, value="heavy", description="policy")
+    budget = widgets.SelectionSlider(options=PANEL_BUDGETS, value=256, description="budget")
     out = widgets.interactive_output(lambda policy, budget: show_figure(draw_eviction(policy, budget, results)),
                                      {"policy": policy, "budget": budget})
     return widgets.VBox([policy, budget, out])

@@ -203,7 +203,7 @@ def error_table_text(seed: int = 0) -> str:
 # (layers, kv_heads, tokens, head_dim), after RoPE, as the cache stores them. A scale "per tensor"
 # is one per (layer, K/V head) matrix of (tokens, head_dim).
 
-def _stored(x: torch.Tensor, fmt: str | None, granularity: str) -> torch.Tensor:
+def stored(x: torch.Tensor, fmt: str | None, granularity: str) -> torch.Tensor:
     """x (..., tokens, head_dim) as stored in ``fmt`` and read back (None: unchanged)."""
     if fmt is None:
         return x
@@ -244,7 +244,7 @@ def layer_output_errors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, which
         raise ValueError(f"which must be 'keys' or 'values'; got {which!r}")
     group = q.shape[1] // k.shape[1]
     exact = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=group > 1)
-    k8, v8 = (_stored(k, fmt, granularity), v) if which == "keys" else (k, _stored(v, fmt, granularity))
+    k8, v8 = (stored(k, fmt, granularity), v) if which == "keys" else (k, stored(v, fmt, granularity))
     out = torch.nn.functional.scaled_dot_product_attention(q, k8, v8, is_causal=True, enable_gqa=group > 1)
     return ((out - exact).flatten(1).norm(dim=1) / exact.flatten(1).norm(dim=1)).numpy()
 
@@ -265,8 +265,8 @@ class StoredKVCache(KVCache):
         self.fmt, self.key_granularity, self.value_granularity = fmt, key_granularity, value_granularity
 
     def append(self, layer, k, v):
-        return super().append(layer, _stored(k, self.fmt, self.key_granularity),
-                              _stored(v, self.fmt, self.value_granularity))
+        return super().append(layer, stored(k, self.fmt, self.key_granularity),
+                              stored(v, self.fmt, self.value_granularity))
 
 
 @torch.no_grad()

@@ -102,10 +102,11 @@ class KVCache:
 
     needs_attention = False  # a cache whose eviction policy scores tokens by attention sets this
 
-    def score_bias(self, rows: int) -> torch.Tensor | None:
-        """An additive bias for the attention scores over the ``rows`` cached keys (None: no bias):
-        (rows,), the same for every query of the pass, or (new, rows), one row per query of the
-        pass (-inf hides a key from that query). A plain cache adds none; lesson 06's caches use it."""
+    def score_bias(self, layer: int, rows: int) -> torch.Tensor | None:
+        """An additive bias for ``layer``'s attention scores over the ``rows`` cached keys (None: no
+        bias), broadcastable to (heads, new, rows): (rows,) the same for every query, (new, rows) one
+        row per query of the pass (-inf hides a key from it), or (heads, 1, rows) one per query head.
+        A plain cache adds none; lesson 06's caches use it."""
         return None
 
     def advance(self, attention: list[torch.Tensor] | None = None) -> None:
@@ -181,7 +182,7 @@ class Attention(nn.Module):
             k, v = cache.append(layer, k, v)  # now every position so far
         group = c.n_heads // c.n_kv_heads  # query head h reads K/V head h // group
         mask = causal_mask(n_new, k.shape[2], x.device)  # offset to the absolute positions
-        bias = cache.score_bias(k.shape[2]) if cache is not None else None  # (rows,) or (new, rows) added to the scores, or None
+        bias = cache.score_bias(layer, k.shape[2]) if cache is not None else None  # added to the scores, or None
         if keep_weights:  # spelled out, to hand back the weights
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (batch, heads, seq, head_dim)
             scores = (q @ k.transpose(-1, -2)) / math.sqrt(c.head_dim)

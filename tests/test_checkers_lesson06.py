@@ -14,7 +14,7 @@ def good_sinks(n, budget, sinks):
     return (np.arange(n) < sinks) | good_window(n, budget - sinks)
 
 
-def good_heavy(scores, budget, recent):
+def good_heavy_row(scores, budget, recent):
     scores = np.asarray(scores)
     keep = good_window(len(scores), recent) if recent else np.zeros(len(scores), dtype=bool)
     older = np.flatnonzero(~keep)
@@ -22,6 +22,10 @@ def good_heavy(scores, budget, recent):
     if room > 0:
         keep[older[np.argsort(-scores[older])[:room]]] = True
     return keep
+
+
+def good_heavy(scores, budget, recent):
+    return np.stack([good_heavy_row(row, budget, recent) for row in np.asarray(scores)])
 
 
 def good_ceiling(policy, n, budget, per_token):
@@ -66,15 +70,28 @@ def test_sinks_with_a_full_length_window_exceeds_the_budget():
 
 
 def test_heavy_hitters_chosen_among_all_tokens():
-    def wrong(scores, budget, recent):  # picks the top scores without excluding the recent window
-        scores = np.asarray(scores)
+    def wrong_row(scores, budget, recent):  # picks the top scores without excluding the recent window
         keep = good_window(len(scores), recent) if recent else np.zeros(len(scores), dtype=bool)
         top = np.argsort(-scores)[: max(0, min(budget, len(scores)) - int(keep.sum()))]
         keep[top] = True
         return keep
 
     with pytest.raises(AssertionError, match="heavy_mask"):
-        check.heavy_mask(wrong)
+        check.heavy_mask(lambda scores, budget, recent: np.stack([wrong_row(r, budget, recent) for r in np.asarray(scores)]))
+
+
+def test_heavy_hitters_from_scores_summed_over_heads_are_named():
+    def shared(scores, budget, recent):  # one choice for every head, from the summed scores
+        scores = np.asarray(scores)
+        return np.tile(good_heavy_row(scores.sum(axis=0), budget, recent), (len(scores), 1))
+
+    with pytest.raises(AssertionError, match=r"(?s)head 0 kept positions.*every head kept the same tokens"):
+        check.heavy_mask(shared)
+
+
+def test_heavy_hitters_of_one_dimension_name_the_shape():
+    with pytest.raises(AssertionError, match=r"shape \(8,\), expected \(2, 8\) \(one row per head"):
+        check.heavy_mask(lambda scores, budget, recent: good_heavy_row(np.asarray(scores)[0], budget, recent))
 
 
 def test_memory_ceiling_mistakes():

@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from helpers.eviction import POLICIES, EvictingCache, evaluate, heavy_keep, kept_history, sinks_keep, window_keep
+from helpers.eviction import POLICIES, EvictingCache, chunked_losses, evaluate, heavy_keep, sinks_keep, window_keep
 from helpers.llama import LlamaConfig, LlamaForCausalLM
 
 CONFIG = LlamaConfig(n_layers=2, hidden=32, n_heads=4, n_kv_heads=2, head_dim=8, intermediate=64, max_positions=128)
@@ -60,23 +60,79 @@ def test_masks_reject_bad_budgets(bad):
 
 
 # ---- the cache in the decode loop ----------------------------------------------------------
-@pytest.mark.parametrize("policy", ["window", "sinks", "heavy", "merge"])
-@pytest.mark.parametrize("budget", [8, 16])
-def test_policies_never_exceed_their_budget(model, ids, policy, budget):
-    cache = EvictingCache(CONFIG, policy, budget, capacity=budget + 1)
+def held(cache) -> list[list[int]]:
+    """Positions held, per layer and K/V head."""
+    return cache.positions[:, :, : cache.length].flatten(0, 1).tolist()
+
+
+@pytest.mark.parametrize("policy", ["window", "sinks", "heavy", "heavy_shared", "merge"])
+@pytest.mark.parametrize("budget, chunk", [(8, 1), (16, 1), (16, 4)])
+def test_policies_never_exceed_their_budget(model, ids, policy, budget, chunk):
+    cache = EvictingCache(CONFIG, policy, budget, capacity=budget + 1, chunk=chunk)
+    with torch.no_grad():
+        for t in range(0, ids.shape[1], chunk):
+            model(ids[:, t:t + chunk], cache)
+            seen = min(t + chunk, ids.shape[1])
+            assert cache.length <= budget - chunk + 1  # room for the next chunk within budget + 1
+            assert cache.position == seen  # absolute positions keep counting
+            for head in held(cache):
+                assert head == sorted(head) and len(set(head)) == len(head)
+                assert head[-1] == seen - 1  # the newest token is always held
+                if policy in ("sinks", "merge") and seen > 4:
+                    assert head[:4] == [0, 1, 2, 3]  # the sinks stay
+                if policy == "window":
+                    assert head == list(range(max(0, seen - cache.keep_rows), seen))  # exactly the most recent
+                if policy == "sinks":
+                    assert head[4:] == list(range(max(4, seen - (cache.keep_rows - 4)), seen))
+
+
+def test_heavy_hitters_choose_per_layer_and_head(ids):
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(CONFIG).eval()
+    with torch.no_grad():  # sharper attention than a fresh model's near-uniform one, so heads differ
+        for layer in model.model.layers:
+            layer.self_attn.k_proj.weight *= 8
+    per_head = EvictingCache(CONFIG, "heavy", 12, capacity=13)
+    shared = EvictingCache(CONFIG, "heavy_shared", 12, capacity=13)
+    with torch.no_grad():
+        for t in range(ids.shape[1]):
+            model(ids[:, t:t + 1], per_head)
+            model(ids[:, t:t + 1], shared)
+    assert len({tuple(h) for h in held(per_head)}) > 1  # the heads disagree about which old tokens matter
+    assert len({tuple(h) for h in held(shared)}) == 1
+    for head in held(per_head):
+        assert head[-6:] == list(range(ids.shape[1] - 6, ids.shape[1]))  # half the budget is the recent tokens
+
+
+def test_heavy_keep_per_row():
+    scores = torch.tensor([[5.0, 1, 9, 0, 3, 2, 1, 0], [0.0, 8, 1, 7, 3, 2, 1, 0]])
+    mask = heavy_keep(scores, budget=4)
+    assert mask[0].nonzero().flatten().tolist() == [0, 2, 6, 7]
+    assert mask[1].nonzero().flatten().tolist() == [1, 3, 6, 7]
+
+
+def test_merge_keeps_the_token_count_and_averages(model, ids):
+    cache = EvictingCache(CONFIG, "merge", 16, capacity=17, sinks=2, memory=4)
     with torch.no_grad():
         for t in range(ids.shape[1]):
             model(ids[:, t:t + 1], cache)
-            assert cache.length <= budget
-            assert cache.position == t + 1  # absolute positions keep counting
-            held = cache.kept_positions[: cache.length].tolist()
-            assert held == sorted(held) and len(set(held)) == len(held)
-            if policy in ("sinks", "merge") and t >= 4:
-                assert held[:4] == [0, 1, 2, 3]  # the sinks stay
-            if policy == "window":
-                assert held == list(range(max(0, t + 1 - budget), t + 1))  # exactly the most recent
-            if policy == "sinks":
-                assert held[4:] == list(range(max(4, t + 1 - (budget - 4)), t + 1))
+        assert cache.length == 16 and cache.slots == 4
+        counts = cache.counts[:, :, : cache.length]
+        assert torch.equal(counts.sum(dim=-1), torch.full(counts.shape[:2], float(ids.shape[1])))  # every token counted once
+        assert (counts[:, :, :2] == 1).all() and (counts[:, :, 6:] == 1).all()  # sinks and window untouched
+        bias = cache.score_bias(0, cache.length + 1)
+        assert bias.shape == (CONFIG.n_heads, 1, cache.length + 1)
+        assert torch.allclose(bias[0, 0, : cache.length], counts[0, 0].log()) and bias[0, 0, -1] == 0
+
+
+def test_merge_of_identical_keys_with_log_counts_equals_keeping_them():
+    """A slot standing for w copies of one key, with log(w) on its score, gets what w copies would get."""
+    q, k, v = torch.randn(1, 8), torch.randn(1, 8), torch.randn(1, 8)
+    others_k, others_v = torch.randn(5, 8), torch.randn(5, 8)
+    copies = torch.softmax(q @ torch.cat([k.expand(3, 8), others_k]).T, -1) @ torch.cat([v.expand(3, 8), others_v])
+    bias = torch.tensor([3.0, 1, 1, 1, 1, 1]).log()
+    slot = torch.softmax(q @ torch.cat([k, others_k]).T + bias, -1) @ torch.cat([v, others_v])
+    assert torch.allclose(copies, slot, atol=1e-6)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -96,30 +152,44 @@ def test_full_cache_matches_one_forward_pass(model, ids):
     assert torch.allclose(stepwise, reference, atol=1e-5)
 
 
-def test_int8_old_quantizes_only_tokens_outside_the_recent_window(model, ids):
-    cache = EvictingCache(CONFIG, "int8_old", 10, capacity=ids.shape[1])
+def test_int8_old_quantizes_whole_groups_outside_the_recent_window(model, ids):
+    cache = EvictingCache(CONFIG, "int8_old", 10, capacity=ids.shape[1], group=8)
     with torch.no_grad():
+        before = None
         for t in range(30):
             model(ids[:, t:t + 1], cache)
-    assert cache.length == 30
-    assert cache.quantized[:20].all() and not cache.quantized[20:].any()
+            if t == 17:
+                before = cache.keys[:, :, :, :8].clone()
+    assert cache.length == 30 and cache.quantized == 16  # 20 rows are older than 10; two whole groups of 8
+    assert torch.equal(cache.keys[:, :, :, :8], before)  # a group is stored once, not again
     float_bytes = 2 * 2 * 2 * 8 * 4  # layers x K,V x kv_heads x head_dim x 4 bytes
-    int8_bytes = 2 * 2 * 2 * (8 + 4)
-    assert cache.stored_bytes() == 10 * float_bytes + 20 * int8_bytes
+    int8_bytes = 2 * 2 * (2 * 8 + 4)  # layers x kv_heads x (K and V codes + a value scale)
+    key_scales = 2 * 2 * 2 * 8 * 4  # layers x kv_heads x groups x head_dim x 4 bytes
+    assert cache.stored_bytes() == 14 * float_bytes + 16 * int8_bytes + key_scales
+
+
+def test_int8_old_keys_have_one_scale_per_channel_and_group(model, ids):
+    cache = EvictingCache(CONFIG, "int8_old", 4, capacity=ids.shape[1], group=8)
+    with torch.no_grad():
+        model(ids[:, :12], cache)
+    keys = cache.keys[0, 0, 0, :8]  # (group, head_dim): each channel holds at most 255 levels of one step
+    for channel in keys.T:
+        step = channel.abs().max() / 127
+        assert torch.allclose(channel / step, (channel / step).round(), atol=1e-3)
+
+
+@pytest.mark.parametrize("policy", ["window", "heavy", "merge"])
+def test_chunks_of_one_are_the_step_by_step_policy(model, ids, policy):
+    step = evaluate(model, ids, policy, 12)
+    chunked = EvictingCache(CONFIG, policy, 12, capacity=13, chunk=1)
+    losses, _, _ = chunked_losses(model, ids, chunked, chunk=1)
+    assert torch.allclose(losses, step["losses"])
 
 
 def test_compacted_positions_are_the_documented_mistake(model, ids):
     right = evaluate(model, ids, "window", 8)
     wrong = evaluate(model, ids, "window", 8, compact_positions=True)
     assert right["agreement"] != wrong["agreement"] or right["loss"] != wrong["loss"]
-
-
-def test_kept_history_records_the_kept_positions(model, ids):
-    history = kept_history(model, ids[:, :20], "window", 5)
-    assert history.shape == (19, 20)
-    assert history[-1].nonzero().flatten().tolist() == list(range(14, 19))
-    int8 = kept_history(model, ids[:, :20], "int8_old", 5)
-    assert set(int8[-1].tolist()) == {0, 1, 2} and (int8[-1][:14] == 2).all()
 
 
 def test_bad_policies_are_refused():
@@ -129,37 +199,12 @@ def test_bad_policies_are_refused():
         EvictingCache(CONFIG, "sinks", 4, capacity=5)
     with pytest.raises(ValueError, match="budget"):
         EvictingCache(CONFIG, "window", 0, capacity=5)
-
-
-def test_sink_bias_is_added_to_the_first_token_only_while_it_is_held(model, ids):
-    plain = EvictingCache(CONFIG, "window", 8, capacity=9)
-    assert plain.score_bias(1) is None
-    biased = EvictingCache(CONFIG, "sinks", 8, capacity=9, sink_bias=5.0)
-    with torch.no_grad():
-        model(ids[:, :1], biased, keep_attention=True)
-        first = [w[0, :, -1, 0].mean() for w in model.attention_weights]
-        assert all(share == 1.0 for share in first)  # one key: all attention on it, bias or not
-        for t in range(1, 20):
-            model(ids[:, t:t + 1], biased)
-    assert biased.kept_positions[0] == 0
-    bias = biased.score_bias(biased.length + 1)
-    assert bias.tolist() == [5.0] + [0.0] * biased.length
-    window = EvictingCache(CONFIG, "window", 8, capacity=9, sink_bias=5.0)
-    with torch.no_grad():
-        for t in range(20):
-            model(ids[:, t:t + 1], window)
-    assert window.score_bias(window.length + 1).abs().sum() == 0  # the first token was evicted
-
-
-def test_sink_bias_draws_attention_and_keeps_full_agreement(model, ids):
-    cache = EvictingCache(CONFIG, "full", 64, capacity=48, sink_bias=8.0)
-    with torch.no_grad():
-        model(ids, cache, keep_attention=True)
-        biased = float(model.attention_weights[0][0, :, 10:, 0].mean())
-        model(ids, keep_attention=True)
-        unbiased = float(model.attention_weights[0][0, :, 10:, 0].mean())
-    assert biased > 5 * unbiased
-    assert evaluate(model, ids, "full", 48, sink_bias=8.0)["agreement"] == 1.0
+    with pytest.raises(ValueError, match="at least chunk"):
+        EvictingCache(CONFIG, "window", 4, capacity=5, chunk=8)
+    with pytest.raises(ValueError, match="no room for a window"):
+        EvictingCache(CONFIG, "merge", 10, capacity=11, sinks=4, memory=6)
+    with pytest.raises(ValueError, match=r"ids must be \(1, n\)"):
+        chunked_losses(None, torch.zeros(2, 3, dtype=torch.long), EvictingCache(CONFIG, "full", 4, capacity=4))
 
 
 # ---- static policies scored in one pass ---------------------------------------------------------

@@ -1,24 +1,36 @@
 """The lesson 06 panel draws from the stored measurements; no model runs on a slider move."""
 
+import json
+
 import matplotlib
 
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pytest
 
 from helpers import eviction_panel as panel
 
+N, HEADS = 256, 6
+BUDGETS = panel.PANEL_BUDGETS
+
+
+def _hex(held: set[int]) -> str:
+    bits = "".join("1" if i in held else "0" for i in range(N))
+    return "".join(f"{int(bits[i:i + 4], 2):x}" for i in range(0, N, 4))
+
+
 FAKE = {
-    "length": 512,
-    "results": [{"policy": "full", "budget": 512, "loss": 1.0, "agreement": 1.0, "peak_bytes": 511 * 2048,
-                 "seconds_per_step": 0.001}]
-    + [{"policy": p, "budget": b, "loss": 1.0 + 8 / b, "agreement": 1 - 4 / b, "peak_bytes": b * 2048,
-        "seconds_per_step": 0.001}
-       for p in panel.PANEL_POLICIES + ("window (positions compacted)",) for b in (32, 64, 128, 256)],
-    "kept_history_128": {f"{p} {b}": ["1" * (t + 1) + "0" * (127 - t) if t < b else "0" * (t + 1 - b) + "1" * b + "0" * (127 - t)
-                                      for t in range(127)]
-                         for p in panel.PANEL_POLICIES for b in panel.PANEL_BUDGETS},
+    "static": {"sinks": 4, "perplexity_mean": {"full": 10.0, **{f"{p}/{b}": 10 + 100 / b for p in panel.EXACT
+                                                                for b in BUDGETS}}},
+    "chunked": {"quality": {
+        "texts": [{"topic": "x", "tokens": N}], "int8_group": 32,
+        "perplexity_mean": {f"{p}/{b}": 10 + 50 / b for p in panel.PANEL_POLICIES for b in BUDGETS},
+        "peak_bytes": {"full": N * 100, **{f"{p}/{b}": b * 100 for p in panel.PANEL_POLICIES for b in BUDGETS}},
+        "held_at_end_first_text": {"hex_bits": {f"heavy/{b}": [_hex({h, *range(N - 1 - b // 2, N - 1)}) for h in range(HEADS)]
+                                                for b in BUDGETS}},
+    }},
 }
 
 
@@ -28,25 +40,39 @@ def _close():
     plt.close("all")
 
 
-def test_history_decodes_the_recorded_strings():
-    kept = panel.history(FAKE, "window", 16)
-    assert kept.shape == (127, 128)
-    assert kept[-1].sum() == 16 and kept[5].sum() == 6
-    with pytest.raises(ValueError, match="no recorded history"):
-        panel.history(FAKE, "window", 17)
+def test_held_maps():
+    heavy = panel.held_map(FAKE, "heavy", 64)
+    assert heavy.shape == (HEADS, N)
+    assert heavy[3, 3] == 1 and heavy[3, 2] == 0 and heavy[:, -33:-1].all() and not heavy[:, -1].any()
+    window = panel.held_map(FAKE, "window", 64)
+    assert np.flatnonzero(window[0]).tolist() == list(range(N - 1 - 64, N - 1))
+    sinks = panel.held_map(FAKE, "sinks", 64)
+    assert np.flatnonzero(sinks[0]).tolist() == [0, 1, 2, 3] + list(range(N - 1 - 60, N - 1))
+    int8 = panel.held_map(FAKE, "int8_old", 64)
+    assert (int8[0, :160] == 2).all() and (int8[0, 160:N - 1] == 1).all()  # (255 - 64) // 32 * 32 = 160 in int8
+    with pytest.raises(ValueError, match="policy must be one of"):
+        panel.held_map(FAKE, "random", 64)
 
 
-def test_draw_highlights_the_policy_and_states_the_ceiling():
-    fig = panel.draw_eviction("heavy", 32, FAKE)
+def test_draw_highlights_the_policy_and_states_the_share():
+    fig = panel.draw_eviction("heavy", 128, FAKE)
     left, right = fig.axes
-    assert "16 positions held" not in left.get_title() and "32 positions held" in left.get_title()
+    assert "heavy, budget 128" in left.get_title()
     bold = [line for line in right.lines if line.get_linewidth() == 2.5]
-    assert len(bold) == 1 and bold[0].get_label() == "heavy"
-    assert "memory ceiling at budget 32: 64 KiB" in right.get_title()
+    assert len(bold) == 1 and bold[0].get_label() == "heavy (chunked)"
+    assert right.get_title() == "50% of the cache, perplexity 10.39"
 
 
 def test_missing_results_file_names_the_script(tmp_path):
     panel.load_results.cache_clear()
-    with pytest.raises(FileNotFoundError, match="scripts/eviction_quality.py"):
-        panel.load_results(tmp_path / "nothing.json")
+    with pytest.raises(FileNotFoundError, match="scripts/eviction_real.py"):
+        panel.load_results(tmp_path)
+    (tmp_path / "eviction_real.json").write_text(json.dumps(FAKE["static"]))
+    with pytest.raises(FileNotFoundError, match="scripts/eviction_chunked.py"):
+        panel.load_results(tmp_path)
     panel.load_results.cache_clear()
+
+
+def test_unknown_measurement_is_named():
+    with pytest.raises(ValueError, match="no measurement for 'heavy/100'"):
+        panel.perplexity(FAKE, "heavy", 100)

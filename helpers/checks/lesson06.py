@@ -28,7 +28,13 @@ def _mask(value):
 def _same_mask(expected, got, args):
     expected = expected.numpy() if isinstance(expected, torch.Tensor) else expected
     if got.shape != expected.shape:
-        return f"returned a mask of shape {got.shape}, expected {expected.shape} (one entry per cached token)"
+        what = "one entry per cached token" if expected.ndim == 1 else "one row per head, one entry per cached token"
+        return f"returned a mask of shape {got.shape}, expected {expected.shape} ({what})"
+    if expected.ndim == 2:  # per head: name the first head that differs
+        for head, (e, g) in enumerate(zip(expected, got)):
+            if not np.array_equal(e, g):
+                return f"head {head} kept positions {np.flatnonzero(g).tolist()}, expected {np.flatnonzero(e).tolist()}"
+        return None
     if not np.array_equal(got, expected):
         return (f"kept positions {np.flatnonzero(got).tolist()}, expected {np.flatnonzero(expected).tolist()}")
     return None
@@ -60,27 +66,38 @@ def sinks_mask(fn, seed: int = 2, n_random: int = 20) -> None:
 
 def _heavy_cases(seed: int, n_random: int) -> list[tuple]:
     rng = np.random.default_rng(seed)
-    cases = [(torch.tensor([5.0, 1, 9, 0, 3, 2, 1, 0]), 4, 2), (torch.tensor([1.0, 2, 3]), 8, 4),
-             (torch.tensor([0.5, 0.1, 0.9, 0.2, 0.8, 0.3]), 4, 0), (torch.tensor([0.5, 0.1, 0.9, 0.2, 0.8, 0.3]), 4, 4)]
+    cases = [(torch.tensor([[5.0, 1, 9, 0, 3, 2, 1, 0], [0.0, 8, 1, 7, 3, 2, 1, 0]]), 4, 2),
+             (torch.tensor([[1.0, 2, 3]]), 8, 4),
+             (torch.tensor([[0.5, 0.1, 0.9, 0.2, 0.8, 0.3], [0.9, 0.8, 0.1, 0.2, 0.3, 0.4]]), 4, 0),
+             (torch.tensor([[0.5, 0.1, 0.9, 0.2, 0.8, 0.3]]), 4, 4)]
     for _ in range(n_random):
-        n, budget = int(rng.integers(1, 200)), int(rng.integers(1, 80))
-        cases.append((torch.from_numpy(rng.permutation(n).astype(np.float32)), budget, int(rng.integers(0, budget + 1))))
+        heads, n, budget = int(rng.integers(1, 10)), int(rng.integers(1, 200)), int(rng.integers(1, 80))
+        scores = np.stack([rng.permutation(n) for _ in range(heads)]).astype(np.float32)
+        cases.append((torch.from_numpy(scores), budget, int(rng.integers(0, budget + 1))))
     return cases
 
 
 def heavy_mask(fn, seed: int = 3, n_random: int = 20) -> None:
-    """Exercise 1c: the ``recent`` newest tokens plus the highest-scoring older ones, ``budget`` in all."""
+    """Exercise 1c: in every head, the ``recent`` newest tokens plus the highest-scoring older ones,
+    ``budget`` in all."""
     def diagnose(args, expected, got):
         scores, budget, recent = args
-        if got.shape == tuple(scores.shape) and int(got.sum()) == int(expected.sum()):
+        expected = expected.numpy()
+        if got.shape != expected.shape:
+            return None
+        if len(scores) > 1 and (got == got[0]).all() and not (expected == expected[0]).all():
+            return ("every head kept the same tokens: H2O chooses in each head separately, ranking that head's own "
+                    "scores (a row of scores), not their sum over heads")
+        if (got.sum(axis=1) == expected.sum(axis=1)).all():
             return ("the right number of tokens but not the right ones: the heavy hitters are the highest scores "
-                    "among the tokens outside the recent window")
+                    "among the tokens outside the recent window, in each head")
         return None
     check_function(fn, lambda scores, budget, recent: heavy_keep(scores, budget, recent), _heavy_cases(seed, n_random),
                    name="heavy_mask", params=("scores", "budget", "recent"), convert=_mask, compare=_same_mask,
                    diagnose=diagnose,
-                   hint="keep the recent newest tokens; fill the rest of the budget with the older tokens of highest "
-                        "score (torch.topk); scores are distinct in these cases (lesson 06, section 2).")
+                   hint="for each row of scores (one head): keep the recent newest tokens, then fill the rest of the "
+                        "budget with that head's older tokens of highest score (torch.topk or np.argsort); scores are "
+                        "distinct within a head in these cases (lesson 06, section 2).")
 
 
 def memory_ceiling(fn, seed: int = 4, n_random: int = 20) -> None:
