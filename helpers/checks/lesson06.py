@@ -120,7 +120,7 @@ def memory_ceiling(fn, seed: int = 4, n_random: int = 20) -> None:
     check_function(fn, reference, cases, name="memory_ceiling", params=("policy", "n", "budget", "bytes_per_token"),
                    diagnose=diagnose,
                    hint="full: all n tokens; window, sinks and heavy hitters: at most budget tokens, and never more "
-                        "than the n that exist (lesson 06, section 4).")
+                        "than the n that exist (lesson 06, section 2).")
 
 
 def _quality_cases(seed: int, n_random: int) -> list[tuple]:
@@ -147,6 +147,6 @@ def quality(fn, seed: int = 5, n_random: int = 20) -> None:
                    params=("policy_logits", "full_logits", "targets"), convert=as_numbers(2, "numbers (loss, agreement)"),
                    compare=close(rel_tol=1e-7, abs_tol=1e-9),
                    hint="loss = mean over positions of -log softmax(policy_logits)[target] (subtract each row's max "
-                        "first); agreement = share of rows whose argmax matches full_logits' (lesson 06, section 4).")
+                        "first); agreement = share of rows whose argmax matches full_logits' (lesson 06, sections 5 and 6).")
 
 
