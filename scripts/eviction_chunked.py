@@ -12,8 +12,9 @@ evicting cache is trimmed to budget - chunk + 1 rows after a chunk, so no query 
 one-at-a-time decoding would, and some see up to chunk - 1 fewer. The window is run this way too:
 against its exact one-pass loss (results/eviction_real.json) it shows what the chunking costs.
 
-``timing`` (about 2 minutes; run it on an idle machine): the wall time of single decode steps at a
-context of 1,024 tokens under each policy, in 5 repeats of 16 steps, with the spread.
+``timing`` (about 3 minutes; run it on an idle machine): the wall time of single decode steps at
+a context of 1,024 tokens under each policy, in 5 rounds of 16 steps per policy, the policies
+taking turns within a round, with the spread.
 
 Both write into results/eviction_chunked.json (a part run alone keeps the other's results).
 """
@@ -120,12 +121,13 @@ def quality(model, tokenizer, tokens: int, chunk: int) -> dict:
 
 @torch.no_grad()
 def timing(model, tokenizer, context: int = 1024, steps: int = 16, repeats: int = 5, warmup: int = 64) -> dict:
-    """Milliseconds per decode step after ``context`` tokens under each policy: ``repeats`` runs of
-    ``steps`` single-token steps, after ``warmup`` untimed steps (an evicting cache, prefilled 64
+    """Milliseconds per decode step after ``context`` tokens under each policy: ``repeats`` rounds,
+    each timing ``steps`` single-token steps of every policy in turn (so that a slow spell of the
+    machine hits all policies alike), after ``warmup`` untimed steps (an evicting cache, prefilled 64
     tokens a pass, is full again by then)."""
     ids = torch.tensor([tokenizer.encode(language_reference(TOPICS[0]))[: context + warmup + steps * repeats]])
-    table = {}
-    for policy, budget in tqdm(TIMED, desc="timing"):
+    caches = {}
+    for policy, budget in tqdm(TIMED, desc="prefill"):
         if policy in ("full", "int8_old"):
             cache = EvictingCache(model.config, policy, budget or ids.shape[1], capacity=ids.shape[1])
             model(ids[:, :context], cache)
@@ -136,14 +138,15 @@ def timing(model, tokenizer, context: int = 1024, steps: int = 16, repeats: int 
             cache.keep_rows = budget  # from here one token a pass
         for position in range(context, context + warmup):
             model(ids[:, position: position + 1], cache)
-        per_step = []
-        for r in range(repeats):
-            first = context + warmup + r * steps
+        caches[f"{policy}/{budget}" if budget else policy] = cache
+    table = {name: [] for name in caches}
+    for r in tqdm(range(repeats), desc="rounds"):
+        first = context + warmup + r * steps
+        for name, cache in caches.items():
             t0 = time.perf_counter()
             for position in range(first, first + steps):
                 model(ids[:, position: position + 1], cache)
-            per_step.append((time.perf_counter() - t0) / steps)
-        table[f"{policy}/{budget}" if budget else policy] = [round(x * 1000, 2) for x in per_step]
+            table[name].append(round((time.perf_counter() - t0) / steps * 1000, 2))
     return {"context": context, "steps_per_repeat": steps, "ms_per_step_repeats": table,
             "ms_median": {k: round(statistics.median(v), 2) for k, v in table.items()},
             "ms_spread": {k: round(max(v) - min(v), 2) for k, v in table.items()},
