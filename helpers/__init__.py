@@ -26,7 +26,9 @@ One module per concept:
 - ``paged_attention``: attention that reads a sequence's keys and values through its block table.
 - ``serving_sim``: a seeded serving workload and the memory each reservation scheme wastes.
 - ``serving_panel``: the lesson 05 panel.
-- ``eviction``: eviction and compression policies, a cache that applies them, and static policies scored in one pass.
+- ``eviction``: eviction policies and int8 for old tokens, a cache that applies them per layer and K/V head,
+  chunked runs, and static policies scored in one pass.
+- ``layer_sharing``: adjacent layers sharing one cache (CLA-style sharing, MiniCache-style slerp).
 - ``eviction_panel``: the lesson 06 panel.
 - ``panel_output``: how every panel shows a redrawn figure.
 - ``checks``: the exercise checkers (``checks.core`` holds the shared machinery).
