@@ -47,9 +47,9 @@ def test_right_answers_pass_with_one_deterministic_line(capsys):
         check.memory_ceiling(good_ceiling)
         check.quality(good_quality)
     lines = capsys.readouterr().out.splitlines()
-    assert lines[:5] == ["window_mask: all 25 cases correct.", "sinks_mask: all 24 cases correct.",
-                         "heavy_mask: all 24 cases correct.", "memory_ceiling: all 24 cases correct.",
-                         "quality: all 23 cases correct."]
+    assert lines[:5] == ["window_mask: all 25 cases correct.", "sinks_mask: all 25 cases correct.",
+                         "heavy_mask: all 26 cases correct.", "memory_ceiling: all 24 cases correct.",
+                         "quality: all 24 cases correct."]
     assert lines[5:] == lines[:5]
 
 
@@ -76,8 +76,23 @@ def test_heavy_hitters_chosen_among_all_tokens():
         keep[top] = True
         return keep
 
-    with pytest.raises(AssertionError, match="heavy_mask"):
+    with pytest.raises(AssertionError, match=r"(?s)heavy_mask\(scores=np.array\(\[\[1\., 2\., 3\., 9\., 8\., 7\.\]\], dtype=float64\).*"
+                                             r"keeps 3 tokens, fewer than min\(n, budget\) = 4"):
         check.heavy_mask(lambda scores, budget, recent: np.stack([wrong_row(r, budget, recent) for r in np.asarray(scores)]))
+
+
+def test_heavy_hitters_with_a_negative_zero_slice_are_named():
+    def minus_zero(scores, budget, recent):  # keep[:, -recent:] keeps every token when recent is 0
+        scores = np.asarray(scores)
+        keep = np.zeros(scores.shape, dtype=bool)
+        keep[:, -recent:] = True
+        for head in range(len(scores)):
+            older = np.flatnonzero(~keep[head])
+            keep[head, older[np.argsort(-scores[head, older])[: max(0, min(budget, scores.shape[1]) - recent)]]] = True
+        return keep
+
+    with pytest.raises(AssertionError, match=r"more than min\(n, budget\).*x\[-recent:\] is x\[0:\]"):
+        check.heavy_mask(minus_zero)
 
 
 def test_heavy_hitters_from_scores_summed_over_heads_are_named():
@@ -99,6 +114,15 @@ def test_memory_ceiling_mistakes():
         check.memory_ceiling(lambda policy, n, budget, per_token: (n if policy == "full" else budget) * per_token)
     with pytest.raises(AssertionError, match="the budget does not apply"):
         check.memory_ceiling(lambda policy, n, budget, per_token: min(n, budget) * per_token)
+
+
+def test_quality_overflowing_softmax_is_named():
+    def unstable(policy_logits, full_logits, targets):
+        probs = np.exp(policy_logits) / np.exp(policy_logits).sum(axis=1, keepdims=True)
+        return float(-np.log(probs[np.arange(len(targets)), targets]).mean()), good_quality(policy_logits, full_logits, targets)[1]
+
+    with np.errstate(all="ignore"), pytest.raises(AssertionError, match="inf or nan: exp of logits near 1000 overflows"):
+        check.quality(unstable)
 
 
 def test_quality_unstable_or_wrong():
