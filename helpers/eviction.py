@@ -221,7 +221,7 @@ class EvictingCache(KVCache):
 def chunked_losses(model, ids: torch.Tensor, cache: KVCache, chunk: int = 1) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Feed ``ids`` (1, n) through ``cache``, ``chunk`` tokens per forward pass. Returns the
     next-token loss (nats) at every position (n - 1,), the top prediction there (n - 1,), and the
-    most bytes the cache held after a pass (``stored_bytes`` where the cache has it)."""
+    most bytes the cache held after a pass (``stored_bytes``)."""
     if ids.ndim != 2 or ids.shape[0] != 1:
         raise ValueError(f"ids must be (1, n), got shape {tuple(ids.shape)}")
     n, chunk = ids.shape[1], positive_int("chunk", chunk)
@@ -232,7 +232,7 @@ def chunked_losses(model, ids: torch.Tensor, cache: KVCache, chunk: int = 1) -> 
         targets = ids[0, start + 1: start + 1 + piece.shape[1]]
         losses.append(torch.nn.functional.cross_entropy(logits, targets, reduction="none"))
         top.append(logits.argmax(-1))
-        peak = max(peak, cache.stored_bytes() if hasattr(cache, "stored_bytes") else cache.nbytes())
+        peak = max(peak, cache.stored_bytes())
     return torch.cat(losses), torch.cat(top), peak
 
 

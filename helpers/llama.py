@@ -129,6 +129,11 @@ class KVCache:
         layers, batch, kv_heads, _, head_dim = self.keys.shape
         return 2 * layers * batch * kv_heads * self.length * head_dim * self.keys.element_size()
 
+    def stored_bytes(self) -> int:
+        """Bytes a real implementation of this cache holds; caches that store less than they keep
+        here (lesson 06's int8 rows, shared layers) override it. A plain cache: ``nbytes()``."""
+        return self.nbytes()
+
 
 def rope_cos_sin(head_dim: int, positions: torch.Tensor, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin (len(positions), head_dim) for Llama's rotary embedding (halves convention)."""
