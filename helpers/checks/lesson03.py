@@ -10,7 +10,7 @@ import random
 
 import numpy as np
 
-from helpers.checks.core import WrongType, as_int_pair, as_numbers, check_function, close
+from helpers.checks.core import CheckFailed, WrongType, as_int_pair, as_numbers, check_function, close
 from helpers.flash import flash_blocks, flash_traffic, naive_attention, standard_traffic
 from helpers.measure import peak_bytes
 
@@ -121,7 +121,7 @@ def tiled_attention(fn, seed: int = 3, n_random: int = 20) -> None:
         _, peak = peak_bytes(fn, q, k, v, 64, 64, False)
         table = n * n * 8
         if peak > table / 4:
-            raise AssertionError(
+            raise CheckFailed(
                 f"tiled_attention(q, k, v of shape ({n}, 16), block_q=64, block_k=64) gave the right answer but "
                 f"allocated {peak / 2**20:.1f} MiB at its peak; the whole {n} x {n} score table is "
                 f"{table / 2**20:.0f} MiB. Compute scores one (block_q, block_k) tile at a time.")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import random
 
-from helpers.checks.core import WrongType, as_float, as_int, as_numbers, check_function, close
+from helpers.checks.core import CheckFailed, WrongType, as_float, as_int, as_numbers, check_function, close
 from helpers.paged_kv import BlockAllocator
 
 
@@ -95,9 +95,9 @@ def append_token(fn, seed: int = 3, n_random: int = 20) -> None:
         except MemoryError:
             return
         except Exception as error:
-            raise AssertionError(f"append_token(table=[0], length=4, free=[], block_size=4) raised "
+            raise CheckFailed(f"append_token(table=[0], length=4, free=[], block_size=4) raised "
                                  f"{type(error).__name__}; with no free block it should raise MemoryError") from None
-        raise AssertionError("append_token(table=[0], length=4, free=[], block_size=4) needs a new block and none "
+        raise CheckFailed("append_token(table=[0], length=4, free=[], block_size=4) needs a new block and none "
                              "is free: raise MemoryError instead of returning")
 
     check_function(lambda table, length, free, block_size: fn(list(table), length, list(free), block_size),
