@@ -47,7 +47,12 @@ def test_gqa_missing_factor_two():
     message = str(info.value)
     assert message.startswith("gqa_bytes_saved(tokens=8192, layers=32, q_heads=32, kv_heads=8, head_dim=128, "
                               "bytes_per_element=2) returned 1610612736, expected 3221225472.")
-    assert "Likely cause: half the saving" in message and "Hint:" in message
+    assert "Likely cause: half the saving: either the factor 2" in message and "Hint:" in message
+
+
+def test_gqa_missing_bytes_per_element_is_not_blamed_on_the_factor_two():
+    with pytest.raises(AssertionError, match=r"or bytes_per_element \(= 2 here\) is missing"):
+        check.gqa_bytes_saved(lambda t, L, q, k, d, b: 2 * t * L * (q - k) * d)
 
 
 def test_gqa_reversed_sign():

@@ -108,6 +108,15 @@ def test_traffic_mistakes_are_named():
         check.hbm_traffic(lambda n, d, m: (2 * n * d + 2 * n * n, good_traffic(n, d, m)[1]))
 
 
+def test_traffic_with_floor_passes_is_named():
+    def floored(n, d, m):
+        b_r, b_c = flash_blocks(m, d)
+        return standard_traffic(n, d), n * (d + 2) + 2 * n * d + (n // b_c) * n * (3 * d + 4)
+
+    with pytest.raises(AssertionError, match=r"ceil\(n / B_c\) = \d+: a last, partly filled block"):
+        check.hbm_traffic(floored)
+
+
 def test_unanswered_exercise_says_so():
     def blank(*args):
         raise NotImplementedError()

@@ -19,8 +19,8 @@ def good_append_token(table, length, free, block_size):
     if length % block_size == 0:
         if not free:
             raise MemoryError("no free block")
-        table.append(free.pop())
-    return table, length + 1, free
+        return table + [free[-1]], length + 1, free[:-1]
+    return list(table), length + 1, list(free)
 
 
 def good_decode_ceiling(bandwidth, weight_bytes, cache_bytes_per_token, context, batch):
@@ -162,17 +162,6 @@ def test_append_token_raising_something_else_when_full():
         check.append_token(value_error)
 
 
-def test_append_token_does_not_see_the_checkers_lists():
-    def mutate_and_return_copies(table, length, free, block_size):
-        table, length, free = good_append_token(table, length, free, block_size)
-        result = (list(table), length, list(free))
-        table.clear()
-        free.clear()
-        return result
-
-    check.append_token(mutate_and_return_copies)  # the checker passes copies: clearing them is harmless
-
-
 def test_decode_ceiling_forgets_the_batch():
     with pytest.raises(AssertionError) as info:
         check.decode_ceiling(lambda bw, w, c, n, b: bw / (w + b * n * c))
@@ -210,3 +199,25 @@ def test_unanswered_exercises(checker, name, capsys):
 def test_not_a_function():
     with pytest.raises(AssertionError, match="blocks_for should be a function"):
         check.blocks_for(16)
+
+
+def test_append_that_changes_or_returns_the_given_lists_is_named():
+    def in_place(table, length, free, block_size):
+        if length % block_size == 0:
+            if not free:
+                raise MemoryError()
+            table.append(free.pop())
+        return table, length + 1, free
+
+    with pytest.raises(AssertionError, match=r"changed the lists it was given \(table became \[7, 9\], free became \[5\]\)"):
+        check.append_token(in_place)
+
+    def same_objects(table, length, free, block_size):
+        if length % block_size == 0:
+            if not free:
+                raise MemoryError()
+            return table + [free[-1]], length + 1, free[:-1]
+        return table, length + 1, free
+
+    with pytest.raises(AssertionError, match="returned a list it was given, not a new one"):
+        check.append_token(same_objects)

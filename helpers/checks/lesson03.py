@@ -152,7 +152,14 @@ def hbm_traffic(fn, seed: int = 4, n_random: int = 20) -> None:
         b_r, b_c = flash_blocks(m, d)
         if got[1] == expected[1] - n * (d + 2):
             return "count the first write of O, l and m to HBM"
-        return f"FlashAttention here uses B_c = {b_c} and B_r = {b_r}"
+        passes = math.ceil(n / b_c)
+        per_pass = n * (3 * d + 4)
+        if got[1] == expected[1] - (passes - n // b_c) * per_pass:
+            return (f"the number of passes over the rows is ceil(n / B_c) = {passes}: a last, partly filled block "
+                    f"of K and V still needs its pass (floor gives {n // b_c})")
+        if got[1] == expected[1] - passes * per_pass + math.ceil(n / b_r) * per_pass and b_r != b_c:
+            return f"one pass per block of K and V, so ceil(n / B_c) = {passes} passes, not ceil(n / B_r)"
+        return None
     check_function(fn, _traffic_reference, cases, name="hbm_traffic", params=("n", "d", "sram_elements"),
                    convert=as_int_pair, diagnose=diagnose,
                    hint="standard: 4 n d + 4 n^2. Flash: B_c = ceil(M / 4d), B_r = min(B_c, d); n (d + 2) to write "

@@ -100,10 +100,23 @@ def append_token(fn, seed: int = 3, n_random: int = 20) -> None:
         raise CheckFailed("append_token(table=[0], length=4, free=[], block_size=4) needs a new block and none "
                              "is free: raise MemoryError instead of returning")
 
+    def returns_new_lists():
+        for table, length, free in (([7], 4, [5, 9]), ([7], 3, [5])):  # a block taken; no block needed
+            call = f"append_token(table={table}, length={length}, free={free}, block_size=4)"
+            before = (list(table), list(free))
+            result = fn(table, length, free, 4)
+            if (table, free) != before:
+                raise CheckFailed(f"{call} changed the lists it was given (table became {table}, free became {free}); "
+                                  "the task asks for new lists: build them (table + [block], free[:-1]) and leave "
+                                  "the caller's lists as they were")
+            if result[0] is table or result[2] is free:
+                raise CheckFailed(f"{call} returned a list it was given, not a new one; the task asks for new lists "
+                                  "(list(table), list(free))")
+
     check_function(lambda table, length, free, block_size: fn(list(table), length, list(free), block_size),
                    _append_reference, _step_cases(seed, n_random), name="append_token",
                    params=("table", "length", "free", "block_size"), convert=_state, compare=compare,
-                   then=refuses_when_full,
+                   then=lambda: (refuses_when_full(), returns_new_lists()),
                    hint="a new block is needed exactly when length % block_size == 0: take the last block of the "
                         "free list and add it to the table; the length grows by one (lesson 05, section 4).")
 
