@@ -6,7 +6,7 @@ GPU's ridge point (peak / bandwidth, a few hundred FLOP per byte), so their ceil
 
     tokens/s <= batch x bandwidth / bytes read per step (the weights once, plus every sequence's cache).
 
-Figures: NVIDIA datasheets as listed in the course's FACTS.md (dense bf16 peaks); the laptop's
+Figures: NVIDIA's A100, H100 and H200 datasheets (dense bf16 peaks, HBM bandwidth); the laptop's
 bandwidth is arithmetic (dual-channel DDR5-5600: 5600 MT/s x 16 bytes), its 32 GB of memory
 is an assumed typical size, and it has no listed peak.
 """
