@@ -5,20 +5,19 @@ import pytest
 import torch
 
 from helpers.eviction import POLICIES, EvictingCache, chunked_losses, evaluate, heavy_keep, sinks_keep, window_keep
-from helpers.llama import LlamaConfig, LlamaForCausalLM
+from conftest import random_ids, random_llama, small_config
 
-CONFIG = LlamaConfig(n_layers=2, hidden=32, n_heads=4, n_kv_heads=2, head_dim=8, intermediate=64, max_positions=128)
+CONFIG = small_config(n_layers=2, max_positions=128)
 
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    return LlamaForCausalLM(CONFIG).eval()
+    return random_llama(CONFIG)
 
 
 @pytest.fixture(scope="module")
 def ids():
-    return torch.randint(0, 256, (1, 48), generator=torch.Generator().manual_seed(1))
+    return random_ids(48, seed=1)
 
 
 # ---- keep-masks --------------------------------------------------------------------------
@@ -87,8 +86,7 @@ def test_policies_never_exceed_their_budget(model, ids, policy, budget, chunk):
 
 
 def test_heavy_hitters_choose_per_layer_and_head(ids):
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(CONFIG).eval()
+    model = random_llama(CONFIG)
     with torch.no_grad():  # sharper attention than a fresh model's near-uniform one, so heads differ
         for layer in model.model.layers:
             layer.self_attn.k_proj.weight *= 8

@@ -7,20 +7,20 @@ import torch
 
 from helpers.eviction import chunked_losses
 from helpers.layer_sharing import CrossLayerCache, layer_pairs, slerp
-from helpers.llama import KVCache, LlamaConfig, LlamaForCausalLM
+from conftest import random_ids, random_llama, small_config
+from helpers.llama import KVCache
 
-CONFIG = LlamaConfig(n_layers=4, hidden=32, n_heads=4, n_kv_heads=2, head_dim=8, intermediate=64, max_positions=64)
+CONFIG = small_config(n_layers=4, max_positions=64)
 
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    return LlamaForCausalLM(CONFIG).eval()
+    return random_llama(CONFIG)
 
 
 @pytest.fixture(scope="module")
 def ids():
-    return torch.randint(0, 256, (1, 24), generator=torch.Generator().manual_seed(2))
+    return random_ids(24, seed=2)
 
 
 def test_slerp_walks_the_great_circle():

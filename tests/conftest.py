@@ -1,0 +1,22 @@
+"""Shared test helpers: small random Llama models and token ids, seeded."""
+
+import torch
+
+from helpers.llama import LlamaConfig, LlamaForCausalLM
+
+
+def small_config(n_layers: int = 2, max_positions: int = 128) -> LlamaConfig:
+    """A Llama shape small enough for step-by-step tests: 4 query heads sharing 2 K/V heads of 8."""
+    return LlamaConfig(n_layers=n_layers, hidden=32, n_heads=4, n_kv_heads=2, head_dim=8, intermediate=64,
+                       max_positions=max_positions)
+
+
+def random_llama(config: LlamaConfig, seed: int = 0) -> LlamaForCausalLM:
+    """An untrained model of ``config`` with seeded weights, in eval mode."""
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config).eval()
+
+
+def random_ids(n: int, seed: int) -> torch.Tensor:
+    """(1, n) byte ids from a seeded generator."""
+    return torch.randint(0, 256, (1, n), generator=torch.Generator().manual_seed(seed))
