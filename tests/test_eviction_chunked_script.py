@@ -34,6 +34,7 @@ def test_committed_results_cover_every_policy_budget_and_text():
     assert all(len(r) == 5 for r in timing["ms_per_step_repeats"].values())
 
 
+@pytest.mark.slow
 def test_a_short_run_writes_the_same_layout(tmp_path):
     pytest.importorskip("gguf")
     out = tmp_path / "ev.json"

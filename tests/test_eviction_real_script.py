@@ -29,6 +29,7 @@ def test_committed_results_cover_every_policy_and_budget():
     assert result["command"] == "python scripts/eviction_real.py"
 
 
+@pytest.mark.slow
 def test_a_short_run_writes_the_same_layout(tmp_path):
     pytest.importorskip("gguf")
     out = tmp_path / "ev.json"

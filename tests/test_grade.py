@@ -12,6 +12,8 @@ import pytest
 
 from tools import grade
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = "01_kv_cache_size"
 SOLUTION = nbformat.read(ROOT / "solutions" / f"{LESSON}.ipynb", as_version=4)

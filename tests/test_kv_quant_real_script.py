@@ -33,6 +33,7 @@ def test_committed_results_have_every_format_scale_and_split():
     assert result["command"] == "python scripts/kv_quant_real.py"
 
 
+@pytest.mark.slow
 def test_a_short_run_writes_the_same_layout(tmp_path):
     pytest.importorskip("gguf")
     out = tmp_path / "kv.json"

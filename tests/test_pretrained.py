@@ -13,6 +13,8 @@ from helpers import pretrained
 from helpers.llama import KVCache, generate
 from helpers.pretrained import SmolTokenizer, hf_name, load_smollm2, unpermute_rope_rows
 
+pytestmark = pytest.mark.slow
+
 # Texts of several kinds: prose, code, digits, non-ASCII, runs of whitespace, chat markup.
 TEXTS = [
     "The capital of France is Paris. It has been the capital since the tenth century.",
