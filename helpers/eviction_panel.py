@@ -16,6 +16,7 @@ import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import numpy as np
 
+from helpers.eviction import EVICTING
 from helpers.panel_output import show_figure
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -44,9 +45,6 @@ def perplexity(results: dict, policy: str, budget: int | None = None) -> float:
     if key not in table["perplexity_mean"]:
         raise ValueError(f"no measurement for {key!r}; measured: {', '.join(table['perplexity_mean'])}")
     return table["perplexity_mean"][key]
-
-
-EVICTING = ("window", "sinks", "heavy", "heavy_shared", "merge")
 
 
 def memory_share(results: dict, policy: str, budget: int | None = None) -> float:
