@@ -223,6 +223,13 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(c.hidden, c.norm_eps)
         self.mlp = MLP(c)
 
+    def forward(self, h, cos, sin, layer: int, cache: KVCache | None, keep_weights: bool = False):
+        """h (batch, seq, hidden) -> (h after attention and MLP, each with its residual; attention
+        weights or None): h + Attention(RMSNorm(h)), then h + SwiGLU(RMSNorm(h))."""
+        attended, weights = self.self_attn(self.input_layernorm(h), cos, sin, layer, cache, keep_weights)
+        h = h + attended
+        return h + self.mlp(self.post_attention_layernorm(h)), weights
+
 
 class LlamaModel(nn.Module):
     def __init__(self, c: LlamaConfig):
@@ -262,9 +269,7 @@ class LlamaForCausalLM(nn.Module):
         kept = []
         keep_attention = keep_attention or (cache is not None and cache.needs_attention)
         for index, layer in enumerate(self.model.layers):
-            attended, weights = layer.self_attn(layer.input_layernorm(h), cos, sin, index, cache, keep_attention)
-            h = h + attended
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
+            h, weights = layer(h, cos, sin, index, cache, keep_attention)
             kept.append(weights)
         if cache is not None:
             cache.advance(kept if keep_attention else None)
