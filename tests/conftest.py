@@ -1,5 +1,11 @@
-"""Shared test helpers: small random Llama models and token ids, seeded."""
+"""Shared test helpers: small random Llama models and token ids, seeded; short runs of the scripts."""
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 import torch
 
 from helpers.llama import LlamaConfig, LlamaForCausalLM
@@ -20,3 +26,13 @@ def random_llama(config: LlamaConfig, seed: int = 0) -> LlamaForCausalLM:
 def random_ids(n: int, seed: int) -> torch.Tensor:
     """(1, n) byte ids from a seeded generator."""
     return torch.randint(0, 256, (1, n), generator=torch.Generator().manual_seed(seed))
+
+
+def short_script_run(script: str, out: Path, *args: str, timeout: int = 600) -> dict:
+    """Run ``scripts/<script>`` with ``args`` writing ``out``, on SmolLM2 (skipped without its
+    package), and return the JSON it wrote."""
+    pytest.importorskip("gguf")
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, str(root / "scripts" / script), *args, "--out", str(out)],
+                   check=True, capture_output=True, text=True, timeout=timeout)
+    return json.loads(out.read_text())

@@ -104,15 +104,6 @@ def test_int8_zero_channel_divides_by_zero():
         check.int8_per_channel(no_guard, good_dequantize)
 
 
-def test_int8_truncation_instead_of_rounding():
-    def truncate(x):
-        q, scale = good_quantize(x)
-        return np.trunc(x / scale).astype(np.int8), scale
-
-    with pytest.raises(AssertionError, match=r"truncated toward zero.*round first"):
-        check.int8_per_channel(truncate, good_dequantize)
-
-
 def test_dequantize_errors_and_unanswered():
     with pytest.raises(AssertionError, match=r"returned 2 at index \(0, 0\), expected 1"):
         check.int8_per_channel(good_quantize, lambda q, s: q * s.astype(np.float32) + 1)
@@ -131,12 +122,19 @@ def test_longest_context_mistakes():
         check.longest_context(lambda *a: good_fit(*a) + 1)
 
 
-def test_int8_floor_and_swapped_pair_are_named():
-    def floor(x):
+@pytest.mark.parametrize("rounding, named", [
+    (np.trunc, r"truncated toward zero.*round first"),
+    (np.floor, r"holding -128: a value was rounded down past -127 \(np\.floor"),
+])
+def test_int8_wrong_rounding_is_named(rounding, named):
+    def wrong(x):
         q, scale = good_quantize(x)
-        return np.floor(x / scale).astype(np.int8), scale
+        return rounding(x / scale).astype(np.int8), scale
 
-    with pytest.raises(AssertionError, match=r"holding -128: a value was rounded down past -127 \(np\.floor"):
-        check.int8_per_channel(floor, good_dequantize)
+    with pytest.raises(AssertionError, match=named):
+        check.int8_per_channel(wrong, good_dequantize)
+
+
+def test_int8_swapped_pair_is_named():
     with pytest.raises(AssertionError, match=r"order looks swapped; return \(q, scale\)"):
         check.int8_per_channel(lambda x: good_quantize(x)[::-1], good_dequantize)

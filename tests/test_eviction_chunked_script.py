@@ -1,11 +1,11 @@
 """scripts/eviction_chunked.py: a short run writes the same layout as the committed results."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import short_script_run
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "results" / "eviction_chunked.json"
@@ -36,10 +36,8 @@ def test_committed_results_cover_every_policy_budget_and_text():
 
 @pytest.mark.slow
 def test_a_short_run_writes_the_same_layout(tmp_path):
-    pytest.importorskip("gguf")
-    out = tmp_path / "ev.json"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "eviction_chunked.py"), "--part", "quality", "--tokens", "40",
-                    "--out", str(out)], check=True, capture_output=True, text=True, timeout=900)
-    short, committed = json.loads(out.read_text()), json.loads(COMMITTED.read_text())
+    short = short_script_run("eviction_chunked.py", tmp_path / "ev.json", "--part", "quality", "--tokens", "40",
+                             timeout=900)
+    committed = json.loads(COMMITTED.read_text())
     assert _layout(short["quality"]) == _layout(committed["quality"])
     assert "timing" not in short  # a part run alone writes only its part

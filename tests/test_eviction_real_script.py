@@ -1,11 +1,11 @@
 """scripts/eviction_real.py: a short run writes the same layout as the committed results."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import short_script_run
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "results" / "eviction_real.json"
@@ -31,8 +31,5 @@ def test_committed_results_cover_every_policy_and_budget():
 
 @pytest.mark.slow
 def test_a_short_run_writes_the_same_layout(tmp_path):
-    pytest.importorskip("gguf")
-    out = tmp_path / "ev.json"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "eviction_real.py"), "--tokens", "40", "--out", str(out)],
-                   check=True, capture_output=True, text=True, timeout=600)
-    assert _layout(json.loads(out.read_text())) == _layout(json.loads(COMMITTED.read_text()))
+    short = short_script_run("eviction_real.py", tmp_path / "ev.json", "--tokens", "40")
+    assert _layout(short) == _layout(json.loads(COMMITTED.read_text()))

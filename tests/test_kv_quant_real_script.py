@@ -2,11 +2,11 @@
 as the committed results/kv_quant_real.json."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import short_script_run
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "results" / "kv_quant_real.json"
@@ -35,10 +35,6 @@ def test_committed_results_have_every_format_scale_and_split():
 
 @pytest.mark.slow
 def test_a_short_run_writes_the_same_layout(tmp_path):
-    pytest.importorskip("gguf")
-    out = tmp_path / "kv.json"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "kv_quant_real.py"), "--tokens", "12", "--out", str(out)],
-                   check=True, capture_output=True, text=True, timeout=600)
-    short = json.loads(out.read_text())
+    short = short_script_run("kv_quant_real.py", tmp_path / "kv.json", "--tokens", "12")
     assert _layout(short) == _layout(json.loads(COMMITTED.read_text()))
     assert all(t["tokens"] == 12 for t in short["texts"]) and short["command"].endswith("--tokens 12")
