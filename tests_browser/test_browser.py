@@ -5,7 +5,8 @@ JupyterLab starts on a free local port; headless Chromium opens each lesson, run
 cells, and checks that no cell shows an error, that every widget panel renders as widgets (not
 as text), and that moving a panel's first slider changes its plot. Screenshots of each panel go
 to ``test-artifacts/browser/``. The static site is built and each page is opened from a local
-HTTP server: it must load with the figures its notebook stores.
+HTTP server: it must load with the figures its notebook stores, and, with every request beyond
+that server refused (as offline), render its formulas and draw its stored widget views.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import functools
 import http.server
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -26,6 +28,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -194,5 +197,58 @@ def test_static_site_lesson_page_shows_its_figures(browser, site, lesson):
         assert loaded >= _stored_pngs(ROOT / "notebooks" / lesson), f"{lesson}: some stored figures did not load"
         assert "Static copy." in page.content()
         page.screenshot(path=str(ARTIFACTS / f"site-{Path(lesson).stem}.png"))
+    finally:
+        page.close()
+
+
+def _offline(page) -> list[str]:
+    """Refuse every request that leaves the local site; returns the list of what was asked, which
+    the caller checks (with a local server's failures, such as a missing script)."""
+    problems: list[str] = []
+
+    def route(route):
+        if route.request.url.startswith(("http://127.0.0.1", "data:")):
+            route.continue_()
+        else:
+            problems.append(f"left the site: {route.request.url}")
+            route.abort()
+
+    page.route("**/*", route)
+    page.on("response", lambda r: r.status >= 400 and problems.append(f"HTTP {r.status}: {r.url}"))
+    return problems
+
+
+def _wait(page, script: str, what: str, problems: list[str], arg=None) -> None:
+    """Wait for ``script`` to hold; on timeout fail with ``what`` and the refused or failed requests."""
+    try:
+        page.wait_for_function(script, arg=arg, timeout=60_000)
+    except PlaywrightTimeout:
+        pytest.fail(f"{what} within 60 s; requests refused or failed: {problems or 'none'}")
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_static_site_offline_renders_math_and_widgets(browser, site, lesson):
+    stem = Path(lesson).stem
+    nb = nbformat.read(ROOT / "notebooks" / lesson, as_version=4)
+    views = sum(1 for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs
+                if "application/vnd.jupyter.widget-view+json" in o.get("data", {}))
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    problems = _offline(page)
+    try:
+        page.goto(f"{site}/notebooks/{stem}.html", wait_until="load")
+        # MathJax has typeset the page: formulas are mjx-container elements, and no $...$ is left as text.
+        _wait(page, "() => document.querySelectorAll('mjx-container').length > 0", "MathJax typeset no formula",
+              problems)
+        page.evaluate("() => MathJax.startup.promise")  # typesetting has finished
+        text = " ".join(page.locator(".jp-RenderedMarkdown").all_inner_texts())
+        raw = re.findall(r"\$[^$\n]{1,80}\$", text)
+        assert not raw, f"{stem}: formulas left as raw text: {raw[:5]}"
+        errors = page.locator("mjx-merror").count()
+        assert errors == 0, f"{stem}: {errors} formulas failed to typeset"
+        # Each stored widget view is drawn by the site's own widget manager: controls appear in its place.
+        _wait(page, "n => document.querySelectorAll('.widget-slider, .widget-dropdown, .widget-toggle-buttons')"
+              ".length >= n", f"the {views} stored widget views were not drawn", problems, arg=views)
+        page.screenshot(path=str(ARTIFACTS / f"site-offline-{stem}.png"), full_page=False)
+        assert not problems, f"{stem}: " + "; ".join(problems[:5])
     finally:
         page.close()

@@ -5,9 +5,14 @@
 Every lesson, exercise and solution notebook becomes one page (nbconvert's HTML exporter, "lab"
 template), and ``index.html`` lists them in syllabus order. Links between notebooks point to
 the pages. Plots are the stored PNG outputs, so they show without a kernel. Widget panels are
-shown from the widget state saved with each notebook: the page loads the jupyter-widgets HTML
-manager from its CDN to draw them, and they do not respond to their controls, which needs a live
-kernel (``make lab``). Each lesson page says so at the top.
+shown from the widget state saved with each notebook, drawn by the jupyter-widgets HTML manager;
+they do not respond to their controls, which needs a live kernel (``make lab``). Each lesson page
+says so at the top.
+
+The site works offline: MathJax (formulas), the widget HTML manager and RequireJS (which the
+manager needs) are served from the site's own ``_static/`` folder. They are taken from the npm
+registry the first time a site is built (pinned versions, checked against the registry's SHA-512)
+and kept in ``.cache/npm/``; set ``NPM_CONFIG_REGISTRY`` to use a mirror.
 
 nbconvert is used because it renders saved widget state (Jupyter Book 2 does not yet), needs
 no second toolchain, and is already installed with the course's Jupyter packages.
@@ -16,9 +21,15 @@ no second toolchain, and is already installed with the course's Jupyter packages
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import html
+import io
+import os
 import re
 import sys
+import tarfile
+import urllib.request
 from pathlib import Path
 
 import nbformat
@@ -28,8 +39,68 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("notebooks", "exercises", "solutions")
 NOTE = ("> **Static copy.** This page shows the lesson with the outputs stored when it was last run. "
         "The plots are those outputs. The widget panels show their first view (drawn by the jupyter-widgets "
-        "library, loaded from the web) and do not respond here: to move their controls, open the course in "
-        "JupyterLab (`make lab`).")
+        "library, served with this site) and do not respond here: to move their controls, open the course "
+        "in JupyterLab (`make lab`).")
+TEMPLATES = Path(__file__).resolve().parent / "site_template"
+CACHE = ROOT / ".cache" / "npm"
+
+# (package, version, npm's SHA-512 integrity, files kept: paths inside the tarball's package/ folder,
+# a trailing "/" for a whole folder). html-manager 1.0.x is the one that draws ipywidgets 8's state.
+VENDORED = (
+    ("mathjax", "3.2.2",
+     "sha512-Bt+SSVU8eBG27zChVewOicYs7Xsdt40qm4+UpHyX7k0/O9NliPc+x77k1/FEsPsjKPZGJvtRZM1vO+geW0OhGw==",
+     ("es5/tex-chtml-full.js", "es5/output/chtml/fonts/woff-v2/")),
+    ("@jupyter-widgets/html-manager", "1.0.7",
+     "sha512-2xGwS7vVd2RGlKMiSqj1vYv2X59V73ygefUodhzy9Bho0mswWT/yo3Cg7MaYOqwozQjNo5k3rbJ3cETXWUwJ/g==",
+     ("dist/",)),
+    ("requirejs", "2.3.7",
+     "sha512-DouTG8T1WanGok6Qjg2SXuCMzszOo0eHeH9hDZ5Y4x8Je+9JB38HdTLT4/VA8OaUhBa0JPVHJ0pyBkM1z+pDsw==",
+     ("require.js",)),
+)
+# Where each script lies, relative to a page (pages sit one folder below the site's root).
+MATHJAX = "../_static/mathjax/es5/tex-chtml-full.js"
+WIDGETS = "../_static/@jupyter-widgets/html-manager/dist/embed-amd.js"
+REQUIRE = "../_static/requirejs/require.js"
+
+
+def _tarball(package: str, version: str, integrity: str) -> bytes:
+    """The package's npm tarball, from the cache or the registry, checked against ``integrity``."""
+    path = CACHE / f"{package.replace('/', '+')}-{version}.tgz"
+    if path.exists():
+        data = path.read_bytes()
+    else:
+        registry = os.environ.get("NPM_CONFIG_REGISTRY", "https://registry.npmjs.org").rstrip("/")
+        url = f"{registry}/{package}/-/{package.split('/')[-1]}-{version}.tgz"
+        try:
+            with urllib.request.urlopen(url, timeout=120) as response:
+                data = response.read()
+        except OSError as error:
+            raise RuntimeError(f"could not download {package} {version} from {url} ({error}). The site serves it "
+                               f"itself so that it works offline; it is needed once, then kept in {CACHE}.") from None
+    digest = "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
+    if digest != integrity:
+        raise RuntimeError(f"{package} {version}: the tarball's SHA-512 is {digest}, expected {integrity}")
+    if not path.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return data
+
+
+def vendor(static: Path) -> list[Path]:
+    """Unpack the scripts the pages load into ``static`` (source maps left out); returns the files."""
+    written = []
+    for package, version, integrity, keep in VENDORED:
+        with tarfile.open(fileobj=io.BytesIO(_tarball(package, version, integrity)), mode="r:gz") as tar:
+            for member in tar.getmembers():
+                name = member.name.removeprefix("package/")
+                wanted = any(name == k or (k.endswith("/") and name.startswith(k)) for k in keep)
+                if not member.isfile() or not wanted or name.endswith(".map"):
+                    continue
+                target = static / package / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(tar.extractfile(member).read())
+                written.append(target)
+    return written
 
 
 def _title(nb) -> str:
@@ -55,7 +126,9 @@ def _page(path: Path, exporter: HTMLExporter) -> tuple[str, str]:
 
 def build(out: Path) -> list[Path]:
     """Write the site into ``out``; returns the pages written (index first)."""
-    exporter = HTMLExporter(template_name="lab")
+    exporter = HTMLExporter(template_name="course", extra_template_basedirs=[str(TEMPLATES)],
+                            mathjax_url=MATHJAX, widget_renderer_url=WIDGETS, require_js_url=REQUIRE)
+    vendor(out / "_static")
     written, rows = [], {}
     for folder in FOLDERS:
         (out / folder).mkdir(parents=True, exist_ok=True)
