@@ -6,7 +6,8 @@ of block table[t // block_size]. Blocks are handed out as sequences grow and ret
 finish, so memory is reserved only for tokens that exist (plus the unused tail of each last
 block). ``fork`` lets a new sequence share all of a parent's blocks (parallel sampling from one
 prompt): blocks carry reference counts, and a shared block is copied before it is written
-(copy-on-write).
+(copy-on-write). ``truncate`` takes tokens back off the end (draft tokens a verifier rejected in
+speculative decoding, a beam cut short) and returns the blocks no longer needed.
 
 Every operation checks first and changes state only if it can complete: running out of
 blocks, freeing twice or using an unknown sequence raises ``AllocatorError`` and leaves the
@@ -87,6 +88,24 @@ class BlockAllocator:
             self.copies += 1
         table.extend(self._take() for _ in range(new_blocks))
         self.lengths[seq] = length + tokens
+        return list(table)
+
+    def truncate(self, seq: str, tokens: int) -> list[int]:
+        """Drop the last ``tokens`` tokens of ``seq``. Blocks it no longer needs leave its table, the
+        last one first, and go back to the free list unless another sequence still holds them; so
+        growing again takes back the same blocks in the same order. Returns the block table."""
+        table = self._known(seq)
+        tokens = positive_int("tokens", tokens, allow_zero=True)
+        length = self.lengths[seq]
+        if tokens > length:
+            raise AllocatorError(f"cannot drop {tokens} tokens from {seq!r}, which holds {length}")
+        keep = self.blocks_needed(length - tokens)
+        for block in reversed(table[keep:]):
+            self.refcount[block] -= 1
+            if self.refcount[block] == 0:
+                self.free.append(block)
+        del table[keep:]
+        self.lengths[seq] = length - tokens
         return list(table)
 
     def fork(self, parent: str, child: str) -> list[int]:

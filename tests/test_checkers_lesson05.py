@@ -15,12 +15,11 @@ def good_waste(lengths, block_size, reserve):
     return 1 - tokens / (reserve * len(lengths)), 1 - tokens / paged
 
 
-def good_append_token(table, length, free, block_size):
-    if length % block_size == 0:
-        if not free:
-            raise MemoryError("no free block")
-        return table + [free[-1]], length + 1, free[:-1]
-    return list(table), length + 1, list(free)
+def good_drop_tokens(table, length, free, count, block_size):
+    if not 0 <= count <= length:
+        raise ValueError("count out of range")
+    keep = -(-(length - count) // block_size)
+    return table[:keep], length - count, free + table[keep:][::-1]
 
 
 def good_decode_ceiling(bandwidth, weight_bytes, cache_bytes_per_token, context, batch):
@@ -31,11 +30,11 @@ def test_right_answers_pass_with_one_deterministic_line(capsys):
     for _ in range(2):
         check.blocks_for(good_blocks_for)
         check.waste(good_waste)
-        check.append_token(good_append_token)
+        check.drop_tokens(good_drop_tokens)
         check.decode_ceiling(good_decode_ceiling)
     lines = capsys.readouterr().out.splitlines()
     assert lines[:4] == ["blocks_for: all 26 cases correct.", "waste: all 24 cases correct.",
-                         "append_token: all 25 cases correct.", "decode_ceiling: all 24 cases correct."]
+                         "drop_tokens: all 26 cases correct.", "decode_ceiling: all 24 cases correct."]
     assert lines[4:] == lines[:4]
 
 
@@ -90,78 +89,6 @@ def test_waste_not_a_pair():
         check.waste(lambda lengths, b, r: good_waste(lengths, b, r)[0])
 
 
-def test_append_token_takes_the_first_free_block(capsys):
-    def first_free(table, length, free, block_size):
-        if length % block_size == 0:
-            if not free:
-                raise MemoryError
-            table.append(free.pop(0))
-        return table, length + 1, free
-
-    with pytest.raises(AssertionError) as info:
-        check.append_token(first_free)
-    message = str(info.value)
-    assert message.startswith("append_token(table=[], length=0, free=[3, 2, 1], block_size=4) "
-                              "returned table [3], expected [1].")
-    assert "take the last block of the free list" in message
-    assert capsys.readouterr().out == ""
-
-
-def test_append_token_forgets_the_empty_table():
-    def skips_first(table, length, free, block_size):
-        if length > 0 and length % block_size == 0:
-            table.append(free.pop())
-        return table, length + 1, free
-
-    with pytest.raises(AssertionError, match=r"returned table \[\], expected \[1\]"):
-        check.append_token(skips_first)
-
-
-def test_append_token_forgets_the_length():
-    def same_length(table, length, free, block_size):
-        table, _, free = good_append_token(table, length, free, block_size)
-        return table, length, free
-
-    with pytest.raises(AssertionError, match="returned length 0, expected 1"):
-        check.append_token(same_length)
-
-
-def test_append_token_pops_an_empty_free_list(capsys):
-    def unguarded(table, length, free, block_size):
-        if length % block_size == 0:
-            table.append(free.pop())
-        return table, length + 1, free
-
-    with pytest.raises(AssertionError) as info:
-        check.append_token(unguarded)  # right on every ordinary case
-    message = str(info.value)
-    assert "raised IndexError; with no free block it should raise MemoryError" in message
-    assert capsys.readouterr().out == ""  # no success line when the last check fails
-
-
-def test_append_token_returns_when_no_block_is_free(capsys):
-    def no_block_no_error(table, length, free, block_size):
-        if length % block_size == 0 and free:
-            table.append(free.pop())
-        return table, length + 1, free
-
-    with pytest.raises(AssertionError) as info:
-        check.append_token(no_block_no_error)
-    message = str(info.value)
-    assert "needs a new block and none is free: raise MemoryError instead of returning" in message
-    assert capsys.readouterr().out == ""
-
-
-def test_append_token_raising_something_else_when_full():
-    def value_error(table, length, free, block_size):
-        if length % block_size == 0 and not free:
-            raise ValueError("full")
-        return good_append_token(table, length, free, block_size)
-
-    with pytest.raises(AssertionError, match="raised ValueError; with no free block it should raise MemoryError"):
-        check.append_token(value_error)
-
-
 def test_decode_ceiling_forgets_the_batch():
     with pytest.raises(AssertionError) as info:
         check.decode_ceiling(lambda bw, w, c, n, b: bw / (w + b * n * c))
@@ -184,7 +111,7 @@ def test_decode_ceiling_other_mistake_has_no_likely_cause():
 
 
 @pytest.mark.parametrize("checker, name", [(check.blocks_for, "blocks_for"), (check.waste, "waste"),
-                                           (check.append_token, "append_token"),
+                                           (check.drop_tokens, "drop_tokens"),
                                            (check.decode_ceiling, "decode_ceiling")])
 def test_unanswered_exercises(checker, name, capsys):
     def blank(*args):
@@ -201,23 +128,78 @@ def test_not_a_function():
         check.blocks_for(16)
 
 
-def test_append_that_changes_or_returns_the_given_lists_is_named():
-    def in_place(table, length, free, block_size):
-        if length % block_size == 0:
-            if not free:
-                raise MemoryError()
-            table.append(free.pop())
-        return table, length + 1, free
+def test_drop_tokens_with_floor_division_is_named(capsys):
+    def floor(table, length, free, count, block_size):
+        keep = (length - count) // block_size
+        return table[:keep], length - count, free + table[keep:][::-1]
 
-    with pytest.raises(AssertionError, match=r"changed the lists it was given \(table became \[7, 9\], free became \[5\]\)"):
-        check.append_token(in_place)
+    with pytest.raises(AssertionError) as info:
+        check.drop_tokens(floor)
+    message = str(info.value)
+    assert message.startswith("drop_tokens(table=[7, 3], length=6, free=[5], count=3, block_size=4) returned table [], "
+                              "expected [7].")
+    assert "floor division drops the last, partly filled block" in message
+    assert capsys.readouterr().out == ""
 
-    def same_objects(table, length, free, block_size):
-        if length % block_size == 0:
-            if not free:
-                raise MemoryError()
-            return table + [free[-1]], length + 1, free[:-1]
-        return table, length + 1, free
+
+def test_drop_tokens_releasing_in_table_order_is_named():
+    def in_order(table, length, free, count, block_size):
+        keep = -(-(length - count) // block_size)
+        if not 0 <= count <= length:
+            raise ValueError
+        return table[:keep], length - count, free + table[keep:]
+
+    with pytest.raises(AssertionError, match=r"drop_tokens\(table=\[7, 3, 9\], length=9, free=\[\], count=5, "
+                                             r"block_size=4\) returned free list \[3, 9\], expected \[9, 3\]\."
+                                             r"(.|\n)*last block first"):
+        check.drop_tokens(in_order)
+
+
+def test_drop_tokens_adding_the_count_is_named():
+    def grows(table, length, free, count, block_size):
+        table, _, free = good_drop_tokens(table, length, free, count, block_size)
+        return table, length + count, free
+
+    with pytest.raises(AssertionError, match="the length goes down by count"):
+        check.drop_tokens(grows)
+
+
+@pytest.mark.parametrize("bad, why", [(lambda c, n: c > n, "holds only 6 tokens"),
+                                      (lambda c, n: c < 0, "a count below 0")])
+def test_drop_tokens_must_refuse_an_impossible_count(bad, why):
+    def lets_through(table, length, free, count, block_size):
+        if bad(count, length):
+            return list(table), length, list(free)
+        return good_drop_tokens(table, length, free, count, block_size)
+
+    with pytest.raises(AssertionError, match=why + ".*raise ValueError instead"):
+        check.drop_tokens(lets_through)
+
+
+def test_drop_tokens_raising_something_else_is_named():
+    def index_error(table, length, free, count, block_size):
+        if count > length:
+            raise IndexError("too many")
+        return good_drop_tokens(table, length, free, count, block_size)
+
+    with pytest.raises(AssertionError, match=r"count=7, block_size=4\) raised IndexError; the sequence holds only 6 "
+                                             r"tokens: raise ValueError"):
+        check.drop_tokens(index_error)
+
+
+def test_drop_tokens_that_changes_or_returns_the_given_lists_is_named():
+    def in_place(table, length, free, count, block_size):
+        table_out, new_length, free_out = good_drop_tokens(table, length, free, count, block_size)
+        free.extend(free_out[len(free):])
+        del table[len(table_out):]
+        return table, new_length, free
+
+    with pytest.raises(AssertionError, match=r"changed the lists it was given \(table became \[7\], free became \[5, 3\]\)"):
+        check.drop_tokens(in_place)
+
+    def same_objects(table, length, free, count, block_size):
+        table_out, new_length, free_out = good_drop_tokens(table, length, free, count, block_size)
+        return (table if table_out == table else table_out), new_length, (free if free_out == free else free_out)
 
     with pytest.raises(AssertionError, match="returned a list it was given, not a new one"):
-        check.append_token(same_objects)
+        check.drop_tokens(same_objects)

@@ -63,6 +63,35 @@ def test_free_sequence_returns_its_blocks():
     assert sorted(allocator.allocate("c", 20)) == [0, 1, 2, 4, 5]  # all five come back into use
 
 
+def test_truncate_releases_the_blocks_it_no_longer_needs_last_first():
+    allocator = BlockAllocator(num_blocks=8, block_size=4)
+    allocator.allocate("s", 10)  # blocks 0, 1, 2
+    assert allocator.truncate("s", 1) == [0, 1, 2] and allocator.lengths["s"] == 9  # still in block 2
+    assert allocator.truncate("s", 5) == [0] and allocator.free[-2:] == [2, 1]  # 4 tokens fill block 0
+    assert allocator.append("s", 5) == [0, 1, 2]  # growing again takes back the same blocks in order
+    assert allocator.truncate("s", 9) == [] and allocator.used_blocks == 0
+    allocator.check()
+
+
+def test_truncate_keeps_blocks_another_sequence_shares():
+    allocator = BlockAllocator(num_blocks=8, block_size=4)
+    allocator.allocate("p", 8)
+    allocator.fork("p", "c")
+    assert allocator.truncate("c", 8) == [] and allocator.used_blocks == 2  # p still holds both
+    assert allocator.tables["p"] == [0, 1] and allocator.refcount[:2] == [1, 1]
+    allocator.check()
+
+
+def test_truncate_refuses_more_tokens_than_the_sequence_holds():
+    allocator = BlockAllocator(num_blocks=8, block_size=4)
+    allocator.allocate("s", 3)
+    with pytest.raises(AllocatorError, match="cannot drop 4 tokens from 's', which holds 3"):
+        allocator.truncate("s", 4)
+    with pytest.raises(ValueError):
+        allocator.truncate("s", -1)
+    assert allocator.tables["s"] == [0] and allocator.lengths["s"] == 3
+
+
 def test_fork_shares_blocks_without_using_memory():
     allocator = BlockAllocator(num_blocks=6, block_size=4)
     parent = allocator.allocate("p", 6)

@@ -59,66 +59,91 @@ def _state(value):
     return list(value[0]), as_int(value[1]), list(value[2])
 
 
-def _step_cases(seed: int, n_random: int) -> list[tuple]:
+def _drop_cases(seed: int, n_random: int) -> list[tuple]:
     rng = random.Random(seed)
-    cases = [([], 0, [3, 2, 1], 4), ([7], 3, [5], 4), ([7], 4, [5, 9], 4), ([0, 1], 7, [2], 4),
-             ([7], 3, [], 4)]  # no block needed, none free: no error
+    cases = [([7, 3], 6, [5], 2, 4),  # within the last block: no block leaves
+             ([7, 3], 6, [5], 3, 4),  # 3 tokens left, all in block 7: block 3 leaves
+             ([7, 3, 9], 9, [], 5, 4),  # 4 tokens left fill block 7 exactly: 3 and 9 leave, 9 first
+             ([7, 3], 6, [5], 6, 4),  # everything: the table empties
+             ([7], 3, [5], 0, 4),  # nothing dropped
+             ([4, 8, 1], 5, [0], 2, 2)]  # 3 tokens left need 2 blocks of 2: block 1 leaves
     for _ in range(n_random):
         block = rng.choice([1, 2, 4, 16])
         length = rng.randint(0, 40)
         blocks = list(range(100))
         rng.shuffle(blocks)
         need = math.ceil(length / block)
-        cases.append((blocks[:need], length, blocks[need:need + rng.randint(1, 5)], block))
+        cases.append((blocks[:need], length, blocks[need:need + rng.randint(0, 4)], rng.randint(0, length), block))
     return cases
 
 
-def _append_reference(table, length, free, block_size):
-    """One BlockAllocator.append on a sequence with this table and this free list."""
-    allocator = BlockAllocator(num_blocks=1 + max(table + free), block_size=block_size)
+def _drop_reference(table, length, free, count, block_size):
+    """BlockAllocator.truncate on a sequence with this table and this free list."""
+    allocator = BlockAllocator(num_blocks=1 + max(table + free, default=0), block_size=block_size)
     allocator.free = list(free)
     allocator.tables["s"], allocator.lengths["s"] = list(table), length
-    return allocator.append("s", 1), length + 1, allocator.free
+    for block in table:
+        allocator.refcount[block] = 1
+    return allocator.truncate("s", count), length - count, allocator.free
 
 
-def append_token(fn, seed: int = 3, n_random: int = 20) -> None:
-    """Exercise 3: one allocator step: a sequence grows by one token."""
+def drop_tokens(fn, seed: int = 3, n_random: int = 20) -> None:
+    """Exercise 3: one allocator step back: a sequence loses its last ``count`` tokens."""
     def compare(expected, got, args):
         for name, e, g in zip(("table", "length", "free list"), expected, got):
             if g != e:
                 return f"returned {name} {g!r}, expected {e!r}"
         return None
 
-    def refuses_when_full():
+    def diagnose(args, expected, got):
+        table, length, free, count, block = args
+        if got[1] == length + count:
+            return "the length goes down by count: length - count"
+        kept = len(got[0])
+        if kept == (length - count) // block and kept < len(expected[0]):
+            return ("floor division drops the last, partly filled block: the tokens left need "
+                    "ceil((length - count) / block_size) blocks")
+        released = table[len(expected[0]):]
+        if got[0] == expected[0] and got[2] == list(free) + released:
+            return ("the released blocks go back to the free list last block first (free + released[::-1]), so "
+                    "that growing again pops them back in order")
+        return None
+
+    def refuses(call_args, why):
+        call = "drop_tokens(table={}, length={}, free={}, count={}, block_size={})".format(*call_args)
         try:
-            fn([0], 4, [], 4)
-        except MemoryError:
+            fn(*call_args)
+        except ValueError:
             return
         except Exception as error:
-            raise CheckFailed(f"append_token(table=[0], length=4, free=[], block_size=4) raised "
-                                 f"{type(error).__name__}; with no free block it should raise MemoryError") from None
-        raise CheckFailed("append_token(table=[0], length=4, free=[], block_size=4) needs a new block and none "
-                             "is free: raise MemoryError instead of returning")
+            raise CheckFailed(f"{call} raised {type(error).__name__}; {why}: raise ValueError") from None
+        raise CheckFailed(f"{call} returned; {why}: raise ValueError instead")
 
     def returns_new_lists():
-        for table, length, free in (([7], 4, [5, 9]), ([7], 3, [5])):  # a block taken; no block needed
-            call = f"append_token(table={table}, length={length}, free={free}, block_size=4)"
+        for table, length, free, count in (([7, 3], 6, [5], 3), ([7], 3, [5], 1)):  # a block leaves; none does
+            call = f"drop_tokens(table={table}, length={length}, free={free}, count={count}, block_size=4)"
             before = (list(table), list(free))
-            result = fn(table, length, free, 4)
+            result = fn(table, length, free, count, 4)
             if (table, free) != before:
                 raise CheckFailed(f"{call} changed the lists it was given (table became {table}, free became {free}); "
-                                  "the task asks for new lists: build them (table + [block], free[:-1]) and leave "
-                                  "the caller's lists as they were")
+                                  "the task asks for new lists: build them (table[:keep], free + released[::-1]) "
+                                  "and leave the caller's lists as they were")
             if result[0] is table or result[2] is free:
                 raise CheckFailed(f"{call} returned a list it was given, not a new one; the task asks for new lists "
                                   "(list(table), list(free))")
 
-    check_function(lambda table, length, free, block_size: fn(list(table), length, list(free), block_size),
-                   _append_reference, _step_cases(seed, n_random), name="append_token",
-                   params=("table", "length", "free", "block_size"), convert=_state, compare=compare,
-                   then=lambda: (refuses_when_full(), returns_new_lists()),
-                   hint="a new block is needed exactly when length % block_size == 0: take the last block of the "
-                        "free list and add it to the table; the length grows by one (lesson 05, section 4).")
+    def then():
+        refuses(([7, 3], 6, [5], 7, 4), "the sequence holds only 6 tokens")
+        refuses(([7, 3], 6, [5], -1, 4), "a count below 0 is not a number of tokens")
+        returns_new_lists()
+
+    check_function(lambda table, length, free, count, block_size: fn(list(table), length, list(free), count,
+                                                                      block_size),
+                   _drop_reference, _drop_cases(seed, n_random), name="drop_tokens",
+                   params=("table", "length", "free", "count", "block_size"), convert=_state, compare=compare,
+                   diagnose=diagnose, then=then,
+                   hint="the tokens left need ceil((length - count) / block_size) blocks; the blocks after those "
+                        "leave the table and are appended to the free list last block first (lesson 05, section 4).")
 
 
 def _ceiling_reference(bandwidth, weight_bytes, cache_bytes_per_token, context, batch):
