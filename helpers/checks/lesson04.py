@@ -140,4 +140,4 @@ def bytes_appended(fn, seed: int = 3, n_random: int = 20) -> None:
     check_function(fn, _bytes_reference, cases, name="bytes_appended", params=("config", "batch", "dtype"),
                    convert=as_int, diagnose=diagnose,
                    hint="each layer appends one key row and one value row of n_kv_heads x head_dim elements per "
-                        "sequence; an element's size is torch.empty((), dtype=dtype).element_size().")
+                        "sequence; an element's size is torch.empty((), dtype=dtype).element_size() (lesson 04, section 3).")

@@ -171,6 +171,6 @@ def quality(fn, seed: int = 5, n_random: int = 20) -> None:
                    params=("policy_logits", "full_logits", "targets"), convert=as_numbers(2, "numbers (loss, agreement)"),
                    compare=close(rel_tol=1e-6, abs_tol=1e-9),
                    hint="loss = mean over positions of -log softmax(policy_logits)[target] (subtract each row's max "
-                        "first); agreement = share of rows whose argmax matches full_logits' (lesson 06, sections 5 and 6).")
+                        "first); agreement = share of rows whose argmax matches full_logits' (lesson 06, section 2, 'How a policy is scored').")
 
 
