@@ -49,6 +49,7 @@ $(VENV)/.test: $(VENV)/.instructor
 # Two workers, one thread each: with torch's and NumPy's thread pools at their default (one thread
 # per core) two workers would fight over the cores and slow each other down many times over.
 test: $(VENV)/.test
+	$(BIN)/ruff check .
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadscope \
 		--nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 		tests notebooks solutions

@@ -28,7 +28,7 @@ print(json.dumps(moves))
 
 PANELS = {
     "lesson 01 (cache size)": """
-from helpers.cache_size_panel import cache_size_panel, BATCHES, CONTEXTS
+from helpers.panels.cache_size import BATCHES, CONTEXTS, cache_size_panel
 panel = cache_size_panel("Llama-2-7B")
 display(panel)
 (pick, layers, kv_heads, head_dim), (dtype, batch, context) = (panel.children[0].children[0].children,
@@ -37,7 +37,7 @@ steps = [lambda i: (batch, BATCHES[(i // 3 + 1) % len(BATCHES)]), lambda i: (lay
          lambda i: (context, CONTEXTS[(i // 3) % len(CONTEXTS)])]
 """,
     "lesson 02 (shrinking the cache)": """
-from helpers.cache_shrink_panel import cache_shrink_panel, CONTEXTS, LAYOUTS, STORAGE
+from helpers.panels.cache_shrink import CONTEXTS, LAYOUTS, STORAGE, cache_shrink_panel
 panel = cache_shrink_panel()
 display(panel)
 layout = panel.children[0]
@@ -46,14 +46,14 @@ steps = [lambda i: (layout, LAYOUTS[(i // 3 + 1) % len(LAYOUTS)]), lambda i: (st
          lambda i: (context, CONTEXTS[(i // 3) % len(CONTEXTS)])]
 """,
     "lesson 03 (online softmax step-through)": """
-from helpers.online_softmax_panel import online_softmax_panel
+from helpers.panels.online_softmax import online_softmax_panel
 panel = online_softmax_panel()
 display(panel)
 block, step = panel.children[0].children
 steps = [lambda i: (step, (i // 2) % 5), lambda i: (step, 4 - (i // 2) % 5)]
 """,
     "lesson 03 (tiling)": """
-from helpers.tiling_panel import tiling_panel, LENGTHS, SRAM_KIB
+from helpers.panels.tiling import LENGTHS, SRAM_KIB, tiling_panel
 panel = tiling_panel()
 display(panel)
 (n, d, sram), (block_q, block_k, causal) = (w.children for w in panel.children[0].children)
@@ -62,7 +62,7 @@ steps = [lambda i: (n, LENGTHS[(i // 3) % len(LENGTHS)]), lambda i: (sram, SRAM_
 """,
     "lesson 04 (decode)": """
 import torch
-from helpers.decode_panel import decode_panel
+from helpers.panels.decode import decode_panel
 from helpers.llama import load_course_model
 from helpers.text_data import encode
 model, _ = load_course_model()
@@ -72,7 +72,7 @@ slider = panel.children[0]
 steps = [lambda i: (slider, (7 * i + 3) % 48)]
 """,
     "lesson 05 (serving)": """
-from helpers.serving_panel import serving_panel, BATCHES, CONTEXTS, BLOCKS
+from helpers.panels.serving import BATCHES, BLOCKS, CONTEXTS, serving_panel
 panel = serving_panel()
 display(panel)
 (model, chip, cache), (batch, context, block) = (w.children for w in panel.children[0].children)
@@ -80,7 +80,8 @@ steps = [lambda i: (batch, BATCHES[(i // 3) % len(BATCHES)]), lambda i: (context
          lambda i: (block, BLOCKS[(i // 3 + 1) % len(BLOCKS)])]
 """,
     "lesson 06 (eviction)": """
-from helpers.eviction_panel import eviction_panel, PANEL_POLICIES, PANEL_BUDGETS
+from helpers.panels.eviction import eviction_panel
+from helpers.eviction_results import BUDGETS, POLICIES
 panel = eviction_panel()
 display(panel)
 policy, budget = panel.children[0], panel.children[1]

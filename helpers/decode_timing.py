@@ -12,9 +12,9 @@ import time
 import numpy as np
 import torch
 
-from helpers.kv_cache_size import positive_int
 from helpers.llama import KVCache, LlamaForCausalLM
 from helpers.measure import best_seconds
+from helpers.units import positive_int
 
 
 def _sync(device) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from helpers.kv_cache_size import positive_int
+from helpers.units import positive_int
 
 
 def kv_projections_per_step(prompt_len: int, new_tokens: int, layers: int, cached: bool) -> np.ndarray:

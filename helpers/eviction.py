@@ -31,14 +31,13 @@ Policies:
 
 from __future__ import annotations
 
-import math
 import time
 
 import torch
 
-from helpers.kv_cache_size import positive_int
 from helpers.kv_quant import stored
 from helpers.llama import KVCache, LlamaConfig
+from helpers.units import positive_int
 
 POLICIES = ("full", "window", "sinks", "heavy", "heavy_shared", "merge", "int8_old")
 EVICTING = ("window", "sinks", "heavy", "heavy_shared", "merge")  # the policies that drop rows

@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from helpers.attention import causal_mask, visible
-from helpers.kv_cache_size import positive_int
+from helpers.units import positive_int
 
 
 def _check(q, k, v, causal: bool):
@@ -190,3 +190,31 @@ def flash_traffic(n: int, d: int, block_q: int, block_k: int, causal: bool = Fal
     rows_per_block = np.minimum(np.arange(block_q, n + block_q, block_q), n) - np.arange(0, n, block_q)
     rows = int((mask.sum(axis=1) * rows_per_block).sum())
     return n * (d + 2) + 2 * n * positive_int("d", d) + rows * (3 * d + 4)
+
+
+def extra_memory(n: int, d: int, block_q: int, block_k: int, bytes_per_element: int = 2) -> tuple[int, int]:
+    """Bytes each algorithm needs beyond Q, K, V and O: (standard: the S and P tables,
+    flash: l and m in HBM plus one Q, K, V block and one score tile in SRAM), at ``bytes_per_element``."""
+    return 2 * n * n * bytes_per_element, (2 * n + block_q * d + 2 * block_k * d + block_q * block_k) * bytes_per_element
+
+
+def demo_row(n: int = 32, d: int = 4, seed: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """Scores (n,) that rise in a later block (so the maximum moves) and values (n, d)."""
+    rng = np.random.default_rng(seed)
+    scores = rng.normal(0, 1.0, n)
+    scores[int(0.6 * n)] += 4.0  # a late, large score: the running maximum must jump
+    return scores, rng.normal(0, 1.0, (n, d))
+
+
+def online_states(scores: np.ndarray, values: np.ndarray, block: int) -> list[dict]:
+    """State after 0, 1, 2, ... blocks: m, l, output o, and alpha = exp(m_old - m_new) of that step."""
+    block = positive_int("block", block)
+    m, l, o = np.full(1, -np.inf), np.zeros(1), np.zeros((1, values.shape[1]))
+    states = [{"m": -math.inf, "l": 0.0, "o": o[0].copy(), "alpha": math.nan, "end": 0}]
+    for start in range(0, len(scores), block):
+        end = min(start + block, len(scores))
+        old = m[0]
+        m, l, o = block_update(m, l, o, scores[None, start:end], values[start:end])
+        alpha = math.exp(old - m[0]) if math.isfinite(old) else 0.0
+        states.append({"m": float(m[0]), "l": float(l[0]), "o": o[0].copy(), "alpha": alpha, "end": end})
+    return states

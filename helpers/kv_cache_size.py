@@ -7,37 +7,8 @@ argument when a size is zero, negative or not a whole number.
 
 from __future__ import annotations
 
-import numbers
-
-GIB = 1024**3
-GB = 1000**3
-
-#: Bytes per stored element for the number formats the course uses.
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
-
-
-def positive_int(name: str, value, *, allow_zero: bool = False) -> int:
-    """Return ``value`` as an int, or raise ValueError naming ``name``.
-
-    Accepts Python and NumPy integers (not bools, not floats). ``allow_zero`` admits 0.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be a whole number, got {value!r} ({type(value).__name__})")
-    value = int(value)
-    smallest = 0 if allow_zero else 1
-    if value < smallest:
-        rule = "zero or more" if allow_zero else "at least 1"
-        raise ValueError(f"{name} must be {rule}, got {value}")
-    return value
-
-
-def bytes_per_element(dtype: str) -> int:
-    """Bytes per element of a number format named in DTYPE_BYTES (e.g. 'bf16' -> 2)."""
-    try:
-        return DTYPE_BYTES[dtype]
-    except (KeyError, TypeError):
-        allowed = ", ".join(DTYPE_BYTES)
-        raise ValueError(f"dtype must be one of {allowed}; got {dtype!r}") from None
+from helpers.mla import mla_elements_per_token
+from helpers.units import bytes_per_element, positive_int
 
 
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, bytes_per_element: int = 2) -> int:
@@ -81,23 +52,25 @@ def tokens_that_fit(budget_bytes: int, weight_bytes: int, per_token: int, batch:
     return max(0, spare // (positive_int("per_token", per_token) * positive_int("batch", batch)))
 
 
-def gib(n_bytes: float) -> float:
-    """Bytes -> GiB (1024**3 bytes)."""
-    return n_bytes / GIB
+LAYOUTS = ("MHA", "GQA", "MQA", "MLA")
 
 
-def gb(n_bytes: float) -> float:
-    """Bytes -> GB (1000**3 bytes)."""
-    return n_bytes / GB
+def layout_bytes_per_token(layout: str, group: int = 4, storage: str = "bf16", layers: int = 32, q_heads: int = 32,
+                           head_dim: int = 128) -> int:
+    """Bytes per token of one shape (default Llama-2-7B's: 32 layers, 32 query heads, head dim 128)
+    in each attention layout, stored as ``storage`` (a name in ``helpers.units.DTYPE_BYTES``).
 
-
-def format_bytes(n_bytes: float) -> str:
-    """A readable binary size: '512 KiB', '64 GiB', '1.5 MiB' (powers of 1024, at most 2 decimals)."""
-    if n_bytes < 0:
-        raise ValueError(f"n_bytes must be zero or more, got {n_bytes}")
-    value = float(n_bytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if round(value, 2) < 1024 or unit == "TiB":  # round first: 1023.999 KiB reads as 1 MiB
-            return f"{value:,.2f}".rstrip("0").rstrip(".") + f" {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+    MHA: a K/V head per query head; GQA: query heads in groups of ``group`` share one; MQA: one for
+    all; MLA with DeepSeek-V2's proportions: a latent of 4 x head_dim plus a rotary key of head_dim / 2.
+    """
+    bpe = bytes_per_element(storage)
+    if layout == "MLA":
+        return mla_elements_per_token(4 * head_dim, head_dim // 2, layers) * bpe
+    kv_heads = {"MHA": q_heads, "MQA": 1}.get(layout)
+    if layout == "GQA":
+        if group < 1 or q_heads % group:
+            raise ValueError(f"group must divide {q_heads} query heads; got {group}")
+        kv_heads = q_heads // group
+    if kv_heads is None:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
+    return kv_bytes_per_token(layers, kv_heads, head_dim, bpe)

@@ -288,3 +288,12 @@ def load_real_results(path: Path = REAL_RESULTS) -> dict:
     if not Path(path).exists():
         raise FileNotFoundError(f"{path} is missing: run python scripts/kv_quant_real.py")
     return json.loads(Path(path).read_text())
+
+
+def measured_errors(storage: str, scaling: str) -> dict[str, dict[str, float]]:
+    """The lesson's measured errors ('keys'/'values' -> error dict) for this storage and scaling."""
+    wanted = ("bf16", "none") if storage == "bf16" else (storage, scaling)
+    rows = {r["which"]: r for r in error_table() if (r["fmt"], r["scaling"]) == wanted}
+    if len(rows) != 2:
+        raise ValueError(f"no measurement for storage {storage!r} with scaling {scaling!r}")
+    return rows

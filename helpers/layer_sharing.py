@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from helpers.kv_cache_size import positive_int
 from helpers.llama import KVCache, LlamaConfig
+from helpers.units import positive_int
 
 SHARING_MODES = ("share", "slerp")
 

@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers.kv_cache_size import positive_int
 from helpers.models import ModelConfig
+from helpers.units import positive_int
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from helpers.attention import causal_mask, softmax
-from helpers.kv_cache_size import positive_int
+from helpers.units import positive_int
 
 
 def mla_elements_per_token(kv_lora_rank: int, qk_rope_head_dim: int, layers: int = 1) -> int:

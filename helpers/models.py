@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 from helpers.kv_cache_size import cache_bytes as _cache_bytes
 from helpers.kv_cache_size import crossover_tokens as _crossover_tokens
-from helpers.kv_cache_size import kv_bytes_per_token, positive_int
+from helpers.kv_cache_size import kv_bytes_per_token
 from helpers.mla import mla_elements_per_token
+from helpers.units import positive_int
 
 
 @dataclass(frozen=True)
@@ -224,3 +225,21 @@ def get_model(name: str) -> ModelConfig:
         if isinstance(name, str) and key.lower() == name.strip().lower():
             return model
     raise ValueError(f"unknown model {name!r}; known models: {', '.join(MODELS)}")
+
+
+def reshaped(name: str, layers: int, kv_heads: int, head_dim: int) -> ModelConfig:
+    """The registry model ``name`` with its layer count, KV heads and head dim replaced.
+
+    Windowed layers keep their share of the layers; MLA models keep their latent (their
+    kv_heads and head_dim do not set the cache).
+    """
+    base = get_model(name)
+    windowed = round(base.windowed_layers * layers / base.layers)
+    return base.with_shape(
+        layers=layers,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        windowed_layers=windowed,
+        window=base.window if windowed else None,
+        first_dense_layers=min(base.first_dense_layers, layers),
+    )

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from helpers.kv_cache_size import positive_int
+from helpers.units import positive_int
 
 
 class AllocatorError(Exception):

@@ -16,9 +16,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from helpers.kv_cache_size import GB, positive_int
 from helpers.models import ModelConfig
 from helpers.step_cost import step_bytes, step_flops
+from helpers.units import GB, positive_int
 
 
 @dataclass(frozen=True)
@@ -80,3 +80,15 @@ def max_batch(model: ModelConfig, chip: Chip, context: int, weight_bytes_per_ele
     slots = context if block_size is None else math.ceil(context / positive_int("block_size", block_size)) * block_size
     spare = chip.memory_bytes - model.weight_bytes(weight_bytes_per_element)
     return max(0, spare // (slots * model.kv_bytes_per_token(cache_bytes_per_element)))
+
+
+def memory_split(model: ModelConfig, chip: Chip, batch: int, context: int, cache_bytes_per_element: int = 2,
+                 block_size: int = 16) -> dict[str, float]:
+    """Bytes of the chip's memory for: weights (bf16), tokens' cache, the unused tail of each
+    sequence's last block, and what is left (negative when it does not fit)."""
+    per_token = model.kv_bytes_per_token(cache_bytes_per_element)
+    held = math.ceil(context / block_size) * block_size
+    split = {"weights": model.weight_bytes(2), "cache (tokens)": batch * context * per_token,
+             "cache (block tails)": batch * (held - context) * per_token}
+    split["free"] = chip.memory_bytes - sum(split.values())
+    return split

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from helpers.kv_cache_size import positive_int
 from helpers.paged_kv import BlockAllocator
+from helpers.units import positive_int
 
 
 @dataclass(frozen=True)

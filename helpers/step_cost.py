@@ -18,8 +18,8 @@ MLA's absorbed form are not modelled: attention is counted over every past token
 
 from __future__ import annotations
 
-from helpers.kv_cache_size import positive_int
 from helpers.models import ModelConfig
+from helpers.units import positive_int
 
 
 def matmul_weights(model: ModelConfig) -> int:

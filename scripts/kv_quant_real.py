@@ -29,8 +29,7 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from helpers.kv_quant import (FORMATS, GRANULARITIES, REAL_RESULTS, collect_qkv, layer_output_errors,  # noqa: E402
-                              stored_cache_loss)
+from helpers.kv_quant import FORMATS, GRANULARITIES, REAL_RESULTS, collect_qkv, layer_output_errors, stored_cache_loss  # noqa: E402
 from helpers.pretrained import load_smollm2  # noqa: E402
 from helpers.text_data import language_reference  # noqa: E402
 

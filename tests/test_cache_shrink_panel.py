@@ -7,8 +7,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pytest
 
-from helpers import cache_shrink_panel as panel
-from helpers.kv_quant import error_table
+from helpers.kv_cache_size import layout_bytes_per_token
+from helpers.kv_quant import error_table, measured_errors
+from helpers.panels import cache_shrink as panel
+from helpers.panels import output as panel_output
 
 
 @pytest.fixture(autouse=True)
@@ -27,27 +29,27 @@ def _close_figures():
     ("MLA", 4, "e5m2", 32 * 576),
 ])
 def test_layout_bytes_per_token(layout, group, storage, expected):
-    assert panel.layout_bytes_per_token(layout, group, storage) == expected
+    assert layout_bytes_per_token(layout, group, storage) == expected
 
 
 @pytest.mark.parametrize("args, message", [
     (("GQA", 3, "bf16"), "group must divide"),
     (("GQA", 0, "bf16"), "group must divide"),
     (("SWA", 4, "bf16"), "layout must be one of"),
-    (("MHA", 4, "fp4"), "storage must be one of"),
+    (("MHA", 4, "fp4"), "dtype must be one of .*e4m3, e5m2; got 'fp4'"),
 ])
 def test_layout_bytes_per_token_rejects_bad_input(args, message):
     with pytest.raises(ValueError, match=message):
-        panel.layout_bytes_per_token(*args)
+        layout_bytes_per_token(*args)
 
 
 def test_measured_errors_come_from_the_error_table():
-    errors = panel.measured_errors("int8", "channel")
+    errors = measured_errors("int8", "channel")
     row = next(r for r in error_table() if (r["which"], r["fmt"], r["scaling"]) == ("keys", "int8", "channel"))
     assert errors["keys"] == row
-    assert set(panel.measured_errors("bf16", "token")) == {"keys", "values"}  # bf16 ignores the scale
+    assert set(measured_errors("bf16", "token")) == {"keys", "values"}  # bf16 ignores the scale
     with pytest.raises(ValueError, match="no measurement"):
-        panel.measured_errors("int8", "per-head")
+        measured_errors("int8", "per-head")
 
 
 def test_figure_shows_cache_sizes_and_errors():
@@ -58,7 +60,7 @@ def test_figure_shows_cache_sizes_and_errors():
     assert any("8x smaller" in t.get_text() for t in left.texts)
     assert "65,536 bytes per token" in left.get_title()
     heights = [patch.get_height() for patch in right.patches]
-    errors = panel.measured_errors("e4m3", "tensor")
+    errors = measured_errors("e4m3", "tensor")
     assert heights == pytest.approx([100 * errors["keys"]["output"], 100 * errors["values"]["output"]])
     assert right.get_yscale() == "log" and "%" in right.get_ylabel()
 
@@ -80,7 +82,6 @@ def test_panel_widgets_enable_and_redraw(monkeypatch):
 
 
 def test_show_figure_renders_one_png_and_closes(monkeypatch):
-    from helpers import panel_output
 
     shown = []
     monkeypatch.setattr(panel_output, "display", shown.append)

@@ -10,10 +10,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from helpers import cache_size_panel as panel_module  # noqa: E402
-from helpers.cache_size_panel import cache_size_panel, draw_cache_vs_tokens, reshaped  # noqa: E402
-from helpers.kv_cache_size import GIB, gib  # noqa: E402
-from helpers.models import MODELS, get_model  # noqa: E402
+from helpers.models import MODELS, get_model, reshaped  # noqa: E402
+from helpers.panels import cache_size as panel_module  # noqa: E402
+from helpers.panels.cache_size import cache_size_panel, draw_cache_vs_tokens  # noqa: E402
+from helpers.units import gib  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -188,7 +188,7 @@ def redraws(monkeypatch):
         return fig
 
     monkeypatch.setattr(panel_module, "draw_cache_vs_tokens", recording_draw)
-    monkeypatch.setattr("helpers.panel_output.display", record["displayed"].append)
+    monkeypatch.setattr("helpers.panels.output.display", record["displayed"].append)
     return record
 
 

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import decode_panel as panel
 from helpers.llama import LlamaConfig, LlamaForCausalLM, generate
+from helpers.panels import decode as panel
+from helpers.panels import output as panel_output
 
 TINY = LlamaConfig(vocab_size=257, n_layers=2, hidden=32, n_heads=4, n_kv_heads=2, head_dim=8, intermediate=48,
                    max_positions=32)
@@ -98,7 +99,6 @@ def test_draw_decode_step_rejects_steps_out_of_range(steps, step):
 
 
 def test_panel_redraws_once_per_slider_move(model, monkeypatch):
-    from helpers import panel_output
 
     shown = []
     monkeypatch.setattr(panel_output, "display", shown.append)

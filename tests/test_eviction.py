@@ -3,9 +3,9 @@
 
 import pytest
 import torch
+from conftest import random_ids, random_llama, small_config
 
 from helpers.eviction import POLICIES, EvictingCache, chunked_losses, evaluate, heavy_keep, sinks_keep, window_keep
-from conftest import random_ids, random_llama, small_config
 
 CONFIG = small_config(n_layers=2, max_positions=128)
 

@@ -10,10 +10,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from helpers import eviction_panel as panel
+from helpers import eviction_results as results
+from helpers.panels import eviction as panel
 
 N, HEADS = 256, 6
-BUDGETS = panel.PANEL_BUDGETS
+BUDGETS = results.BUDGETS
 
 
 def _hex(held: set[int]) -> str:
@@ -22,12 +23,12 @@ def _hex(held: set[int]) -> str:
 
 
 FAKE = {
-    "static": {"sinks": 4, "perplexity_mean": {"full": 10.0, **{f"{p}/{b}": 10 + 100 / b for p in panel.EXACT
+    "static": {"sinks": 4, "perplexity_mean": {"full": 10.0, **{f"{p}/{b}": 10 + 100 / b for p in results.EXACT
                                                                 for b in BUDGETS}}},
     "chunked": {"quality": {
         "texts": [{"topic": "x", "tokens": N}], "int8_group": 32,
-        "perplexity_mean": {f"{p}/{b}": 10 + 50 / b for p in panel.PANEL_POLICIES for b in BUDGETS},
-        "peak_bytes": {"full": N * 100, **{f"{p}/{b}": b * 100 for p in panel.PANEL_POLICIES for b in BUDGETS}},
+        "perplexity_mean": {f"{p}/{b}": 10 + 50 / b for p in results.POLICIES for b in BUDGETS},
+        "peak_bytes": {"full": N * 100, **{f"{p}/{b}": b * 100 for p in results.POLICIES for b in BUDGETS}},
         "held_at_end_first_text": {"hex_bits": {f"heavy/{b}": [_hex({h, *range(N - 1 - b // 2, N - 1)}) for h in range(HEADS)]
                                                 for b in BUDGETS}},
     }},
@@ -41,17 +42,17 @@ def _close():
 
 
 def test_held_maps():
-    heavy = panel.held_map(FAKE, "heavy", 64)
+    heavy = results.held_map(FAKE, "heavy", 64)
     assert heavy.shape == (HEADS, N)
     assert heavy[3, 3] == 1 and heavy[3, 2] == 0 and heavy[:, -33:-1].all() and not heavy[:, -1].any()
-    window = panel.held_map(FAKE, "window", 64)
+    window = results.held_map(FAKE, "window", 64)
     assert np.flatnonzero(window[0]).tolist() == list(range(N - 1 - 64, N - 1))
-    sinks = panel.held_map(FAKE, "sinks", 64)
+    sinks = results.held_map(FAKE, "sinks", 64)
     assert np.flatnonzero(sinks[0]).tolist() == [0, 1, 2, 3] + list(range(N - 1 - 60, N - 1))
-    int8 = panel.held_map(FAKE, "int8_old", 64)
+    int8 = results.held_map(FAKE, "int8_old", 64)
     assert (int8[0, :160] == 2).all() and (int8[0, 160:N - 1] == 1).all()  # (255 - 64) // 32 * 32 = 160 in int8
     with pytest.raises(ValueError, match="policy must be one of"):
-        panel.held_map(FAKE, "random", 64)
+        results.held_map(FAKE, "random", 64)
 
 
 def test_draw_highlights_the_policy_and_states_the_share():
@@ -64,15 +65,15 @@ def test_draw_highlights_the_policy_and_states_the_share():
 
 
 def test_missing_results_file_names_the_script(tmp_path):
-    panel.load_results.cache_clear()
+    results.load_results.cache_clear()
     with pytest.raises(FileNotFoundError, match="scripts/eviction_real.py"):
-        panel.load_results(tmp_path)
+        results.load_results(tmp_path)
     (tmp_path / "eviction_real.json").write_text(json.dumps(FAKE["static"]))
     with pytest.raises(FileNotFoundError, match="scripts/eviction_chunked.py"):
-        panel.load_results(tmp_path)
-    panel.load_results.cache_clear()
+        results.load_results(tmp_path)
+    results.load_results.cache_clear()
 
 
 def test_unknown_measurement_is_named():
     with pytest.raises(ValueError, match="no measurement for 'heavy/100'"):
-        panel.perplexity(FAKE, "heavy", 100)
+        results.perplexity(FAKE, "heavy", 100)

@@ -1,24 +1,12 @@
-"""Tests for helpers.kv_cache_size: the per-token formula and what follows from it."""
+"""Tests for helpers.kv_cache_size (the per-token formula and what follows from it) and helpers.units."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from helpers.kv_cache_size import (
-    DTYPE_BYTES,
-    GB,
-    GIB,
-    append_bytes,
-    bytes_per_element,
-    cache_bytes,
-    crossover_tokens,
-    format_bytes,
-    gb,
-    gib,
-    kv_bytes_per_token,
-    positive_int,
-)
+from helpers.kv_cache_size import append_bytes, cache_bytes, crossover_tokens, kv_bytes_per_token
+from helpers.units import DTYPE_BYTES, GB, GIB, bytes_per_element, format_bytes, gb, gib, positive_int
 
 SEVEN_B = dict(layers=32, kv_heads=32, head_dim=128)  # Llama-2-7B shape
 

@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import short_script_run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,10 +4,10 @@ import math
 
 import pytest
 import torch
+from conftest import random_ids, random_llama, small_config
 
 from helpers.eviction import chunked_losses
 from helpers.layer_sharing import CrossLayerCache, layer_pairs, slerp
-from conftest import random_ids, random_llama, small_config
 from helpers.llama import KVCache
 
 CONFIG = small_config(n_layers=4, max_positions=64)

@@ -10,11 +10,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from helpers import online_softmax_panel as online
-from helpers import panel_output
-from helpers import tiling_panel as tiling
+from helpers import flash
 from helpers.attention import softmax
 from helpers.flash import flash_blocks, flash_traffic, standard_traffic, tile_mask, tile_schedule
+from helpers.panels import online_softmax as online
+from helpers.panels import output as panel_output
+from helpers.panels import tiling as tiling
 
 MIB = 2**20
 
@@ -38,8 +39,8 @@ def shown(monkeypatch):
 
 @pytest.mark.parametrize("block", [1, 3, 4, 8, 16, 32, 50])
 def test_online_states_end_at_the_exact_softmax(block):
-    scores, values = online.demo_row()
-    states = online.online_states(scores, values, block)
+    scores, values = flash.demo_row()
+    states = flash.online_states(scores, values, block)
     assert len(states) == math.ceil(len(scores) / block) + 1
     assert [s["end"] for s in states] == [min(i * block, len(scores)) for i in range(len(states))]
     first = states[0]
@@ -52,8 +53,8 @@ def test_online_states_end_at_the_exact_softmax(block):
 
 @pytest.mark.parametrize("block", [1, 4, 8, 16])
 def test_online_states_each_step(block):
-    scores, values = online.demo_row()
-    states = online.online_states(scores, values, block)
+    scores, values = flash.demo_row()
+    states = flash.online_states(scores, values, block)
     ms = [s["m"] for s in states]
     assert all(a <= b for a, b in zip(ms, ms[1:]))  # the running max never falls
     for old, new in zip(states, states[1:]):
@@ -67,19 +68,19 @@ def test_online_states_each_step(block):
 
 
 def test_demo_row_maximum_moves_later():
-    scores, values = online.demo_row()
+    scores, values = flash.demo_row()
     assert scores.shape == (32,) and values.shape == (32, 4)
-    states = online.online_states(scores, values, 8)
+    states = flash.online_states(scores, values, 8)
     assert any(s["alpha"] < 0.5 for s in states[2:])  # a later block rescales the earlier sum
-    again, _ = online.demo_row()
+    again, _ = flash.demo_row()
     np.testing.assert_array_equal(scores, again)  # deterministic
 
 
 def test_online_states_rejects_bad_block():
-    scores, values = online.demo_row()
+    scores, values = flash.demo_row()
     for block in (0, -2, 2.5):
         with pytest.raises(ValueError):
-            online.online_states(scores, values, block)
+            flash.online_states(scores, values, block)
 
 
 @pytest.mark.parametrize("block", [4, 8, 16])
@@ -134,7 +135,7 @@ def test_online_panel_wiring(monkeypatch, shown):
     (256, 32, 16, 16, (262_144, (512 + 512 + 1024 + 256) * 2)),
 ])
 def test_extra_memory(n, d, block_q, block_k, expected):
-    assert tiling.extra_memory(n, d, block_q, block_k) == expected
+    assert flash.extra_memory(n, d, block_q, block_k) == expected
 
 
 def image_of(fig):
@@ -198,7 +199,7 @@ def test_draw_tiling_bars(n, d, sram_kib, block_q, block_k, causal):
     bq, bk = block_q or auto_q, block_k or auto_k
     right = fig.axes[1]
     heights = [patch.get_height() for patch in right.patches]
-    extra_std, extra_flash = tiling.extra_memory(n, d, bq, bk)
+    extra_std, extra_flash = flash.extra_memory(n, d, bq, bk)
     assert heights == pytest.approx([standard_traffic(n, d) * 2 / MIB, extra_std / MIB,
                                      flash_traffic(n, d, bq, bk, causal) * 2 / MIB, extra_flash / MIB], rel=1e-12)
     assert right.get_yscale() == "log" and "MiB" in right.get_ylabel()
@@ -207,7 +208,7 @@ def test_draw_tiling_bars(n, d, sram_kib, block_q, block_k, causal):
 
 def test_tiling_panel_builds_and_redraws_once(shown):
     box = tiling.tiling_panel()
-    (left, right), out = box.children[0].children, box.children[1]
+    (left, right), _ = box.children[0].children, box.children[1]
     n, d, sram = left.children
     block_q, block_k, causal = right.children
     assert len(shown) == 1 and shown[0].data.startswith(b"\x89PNG")

@@ -4,8 +4,16 @@ weights, and equivalence with Hugging Face's LlamaForCausalLM."""
 import pytest
 import torch
 
-from helpers.llama import (KVCache, LlamaConfig, LlamaForCausalLM, apply_rope, causal_mask, generate,
-                           load_hf_state_dict, rope_cos_sin)
+from helpers.llama import (
+    KVCache,
+    LlamaConfig,
+    LlamaForCausalLM,
+    apply_rope,
+    causal_mask,
+    generate,
+    load_hf_state_dict,
+    rope_cos_sin,
+)
 from helpers.models import ModelConfig
 
 TINY = LlamaConfig(vocab_size=50, n_layers=2, hidden=32, n_heads=4, n_kv_heads=2, head_dim=8, intermediate=48,

@@ -11,7 +11,7 @@ import torch
 
 from helpers import pretrained
 from helpers.llama import KVCache, generate
-from helpers.pretrained import SmolTokenizer, hf_name, load_smollm2, unpermute_rope_rows
+from helpers.pretrained import hf_name, load_smollm2, unpermute_rope_rows
 
 pytestmark = pytest.mark.slow
 

@@ -4,10 +4,10 @@ import math
 
 import pytest
 
-from helpers.kv_cache_size import GB
 from helpers.models import MODELS, get_model
 from helpers.roofline import CHIPS, attainable_flops, decode_ceiling, get_chip, max_batch, step_seconds_bound
 from helpers.step_cost import step_bytes, step_flops
+from helpers.units import GB
 
 LLAMA3_8B = get_model("Llama-3-8B")
 H100 = CHIPS["H100 SXM"]

@@ -7,12 +7,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pytest
 
-from helpers import serving_panel as panel
-from helpers.kv_cache_size import GB
 from helpers.models import get_model
-from helpers.roofline import decode_ceiling, get_chip, max_batch
+from helpers.panels import output as panel_output
+from helpers.panels import serving as panel
+from helpers.roofline import decode_ceiling, get_chip, max_batch, memory_split
+from helpers.units import GB
 
 LLAMA3_8B = get_model("Llama-3-8B")
+H100 = get_chip("H100 SXM")
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +32,7 @@ def _close_figures():
 ])
 def test_memory_split_adds_up_to_the_chip(model_name, chip_name, batch, context, cache, block):
     model, chip = get_model(model_name), get_chip(chip_name)
-    split = panel.memory_split(model_name, chip_name, batch, context, cache, block)
+    split = memory_split(model, chip, batch, context, cache, block)
     assert list(split) == ["weights", "cache (tokens)", "cache (block tails)", "free"]
     assert sum(split.values()) == chip.memory_bytes
     assert split["weights"] == model.weight_bytes(2)
@@ -39,7 +41,7 @@ def test_memory_split_adds_up_to_the_chip(model_name, chip_name, batch, context,
 
 
 def test_free_is_negative_when_it_does_not_fit():
-    split = panel.memory_split("Llama-3-8B", "H100 SXM", 256, 131072)
+    split = memory_split(LLAMA3_8B, H100, 256, 131072)
     assert split["cache (tokens)"] == 256 * 131072 * 131_072
     assert split["free"] == 80 * GB - 16_060_522_496 - 256 * 131072 * 131_072 < 0
 
@@ -47,13 +49,13 @@ def test_free_is_negative_when_it_does_not_fit():
 def test_block_tails_by_hand():
     per_token = LLAMA3_8B.kv_bytes_per_token()
     # 1,000 tokens in blocks of 16 hold 63 blocks = 1,008 slots: 8 empty slots per sequence
-    split = panel.memory_split("Llama-3-8B", "H100 SXM", 5, 1000, 2, 16)
+    split = memory_split(LLAMA3_8B, H100, 5, 1000, 2, 16)
     assert split["cache (block tails)"] == 5 * 8 * per_token
     # blocks of 128: 1,024 slots, 24 empty; an 8-bit cache halves them
-    assert panel.memory_split("Llama-3-8B", "H100 SXM", 5, 1000, 1, 128)["cache (block tails)"] == 5 * 24 * per_token // 2
+    assert memory_split(LLAMA3_8B, H100, 5, 1000, 1, 128)["cache (block tails)"] == 5 * 24 * per_token // 2
     # whole blocks, or blocks of one token: no tail
-    assert panel.memory_split("Llama-3-8B", "H100 SXM", 5, 8192, 2, 16)["cache (block tails)"] == 0
-    assert panel.memory_split("Llama-3-8B", "H100 SXM", 5, 1000, 2, 1)["cache (block tails)"] == 0
+    assert memory_split(LLAMA3_8B, H100, 5, 8192, 2, 16)["cache (block tails)"] == 0
+    assert memory_split(LLAMA3_8B, H100, 5, 1000, 2, 1)["cache (block tails)"] == 0
 
 
 def red_marker(ax):
@@ -110,7 +112,7 @@ def test_shaded_region_covers_everything_when_the_weights_do_not_fit():
 def test_memory_bars_stack_to_the_chip_when_it_fits():
     fig = panel.draw_serving("Llama-3-8B", "H100 SXM", 16, 1000, 2, 16)
     right = fig.axes[1]
-    split = panel.memory_split("Llama-3-8B", "H100 SXM", 16, 1000, 2, 16)
+    split = memory_split(LLAMA3_8B, H100, 16, 1000, 2, 16)
     heights = [patch.get_height() for patch in right.patches]
     assert heights == pytest.approx([size / GB for size in split.values()])
     assert sum(heights) == pytest.approx(80)
@@ -118,7 +120,6 @@ def test_memory_bars_stack_to_the_chip_when_it_fits():
 
 
 def test_panel_builds_and_one_change_redraws_once(monkeypatch):
-    from helpers import panel_output
 
     shown, drawn = [], []
     monkeypatch.setattr(panel_output, "display", shown.append)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers.kv_cache_size import GB, GIB, cache_bytes, kv_bytes_per_token, tokens_that_fit
+from helpers.kv_cache_size import cache_bytes, kv_bytes_per_token, tokens_that_fit
+from helpers.units import GB, GIB
 
 LLAMA3_8B_WEIGHTS = 8_030_261_248 * 2  # parameters x 2 bytes (bf16) = 16,060,522,496
 LLAMA3_8B_PER_TOKEN = 131_072  # 2 x 32 layers x 8 KV heads x 128 x 2 bytes

@@ -10,8 +10,8 @@ import numbers
 import random
 
 from helpers import kv_cache_size as ref
-from helpers.models import get_model
 from helpers.checks.core import as_int_pair, check_function
+from helpers.models import get_model
 
 SHAPE = ("layers", "kv_heads", "head_dim", "bytes_per_element")
 # Fixed cases: the 7B worked example, GQA, MQA, fp8, fp32 and the smallest shape.

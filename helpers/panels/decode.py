@@ -18,10 +18,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from helpers.kv_cache_size import format_bytes, positive_int
 from helpers.llama import KVCache, LlamaForCausalLM
-from helpers.panel_output import show_figure
+from helpers.panels.output import show_figure
 from helpers.text_data import decode as decode_bytes
+from helpers.units import format_bytes, positive_int
 
 
 @dataclass

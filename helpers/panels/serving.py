@@ -4,48 +4,33 @@ speed limit, the largest batch that fits, and where the chip's memory goes.
 
 from __future__ import annotations
 
-import math
-
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import FuncFormatter
 
-from helpers.kv_cache_size import GB
 from helpers.models import MODELS, get_model
-from helpers.panel_output import show_figure
-from helpers.roofline import CHIPS, decode_ceiling, get_chip, max_batch
+from helpers.panels.output import show_figure
+from helpers.roofline import CHIPS, decode_ceiling, get_chip, max_batch, memory_split
+from helpers.units import GB
 
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 CONTEXTS = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 BLOCKS = [1, 8, 16, 32, 64, 128, 256]
 
 
-def memory_split(model_name: str, chip_name: str, batch: int, context: int, cache_bytes: int = 2,
-                 block_size: int = 16) -> dict[str, float]:
-    """Bytes of the chip's memory for: weights (bf16), tokens' cache, the unused tail of each
-    sequence's last block, and what is left (negative when it does not fit)."""
-    model, chip = get_model(model_name), get_chip(chip_name)
-    per_token = model.kv_bytes_per_token(cache_bytes)
-    held = math.ceil(context / block_size) * block_size
-    split = {"weights": model.weight_bytes(2), "cache (tokens)": batch * context * per_token,
-             "cache (block tails)": batch * (held - context) * per_token}
-    split["free"] = chip.memory_bytes - sum(split.values())
-    return split
-
-
 def draw_serving(model_name: str = "Llama-3-8B", chip_name: str = "H100 SXM", batch: int = 16, context: int = 8192,
-                 cache_bytes: int = 2, block_size: int = 16):
+                 cache_bytes_per_element: int = 2, block_size: int = 16):
     """Left: decode ceiling (tokens/s) against batch, the chosen batch marked, the memory limit
     drawn. Right: how the chip's memory is split. Returns the Figure."""
     model, chip = get_model(model_name), get_chip(chip_name)
-    fits = max_batch(model, chip, context, 2, cache_bytes, block_size)
-    contiguous = max_batch(model, chip, model.max_context, 2, cache_bytes)  # reserving the model's max context
+    fits = max_batch(model, chip, context, 2, cache_bytes_per_element, block_size)
+    contiguous = max_batch(model, chip, model.max_context, 2, cache_bytes_per_element)  # reserving the model's max context
     batches = np.array(BATCHES)
-    ceiling = [decode_ceiling(model, chip, int(b), context, 2, cache_bytes) for b in batches]
+    ceiling = [decode_ceiling(model, chip, int(b), context, 2, cache_bytes_per_element) for b in batches]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=80, gridspec_kw={"width_ratios": [1.4, 1]})
     a.plot(batches, ceiling, "o-", color="tab:blue", label="memory-bandwidth ceiling")
-    here = decode_ceiling(model, chip, batch, context, 2, cache_bytes)
+    here = decode_ceiling(model, chip, batch, context, 2, cache_bytes_per_element)
     a.plot([batch], [here], "o", ms=10, color="tab:red", label=f"batch {batch}: {here:,.0f} tokens/s")
     if fits < batches[-1]:
         a.axvspan(max(fits, 0.7), batches[-1] * 1.3, color="grey", alpha=0.2, label=f"does not fit (max batch {fits})")
@@ -60,7 +45,7 @@ def draw_serving(model_name: str = "Llama-3-8B", chip_name: str = "H100 SXM", ba
     a.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))  # plain labels: fast to draw
     a.minorticks_off()
 
-    split = memory_split(model_name, chip_name, batch, context, cache_bytes, block_size)
+    split = memory_split(model, chip, batch, context, cache_bytes_per_element, block_size)
     bottom = 0.0
     colours = {"weights": "tab:grey", "cache (tokens)": "tab:blue", "cache (block tails)": "tab:orange",
                "free": "white"}

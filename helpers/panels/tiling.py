@@ -14,18 +14,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import FuncFormatter
 
-from helpers.flash import flash_blocks, flash_traffic, standard_traffic, tile_mask
-from helpers.panel_output import show_figure
+from helpers.flash import extra_memory, flash_blocks, flash_traffic, standard_traffic, tile_mask
+from helpers.panels.output import show_figure
 
 BYTES = 2  # fp16/bf16 elements
 LENGTHS = [256, 512, 1024, 2048, 4096, 8192, 16384]
 SRAM_KIB = [16, 32, 64, 128, 192, 256]
-
-
-def extra_memory(n: int, d: int, block_q: int, block_k: int) -> tuple[int, int]:
-    """Bytes each algorithm needs beyond Q, K, V and O: (standard: the S and P tables,
-    flash: l and m in HBM plus one Q, K, V block and one score tile in SRAM)."""
-    return 2 * n * n * BYTES, (2 * n + block_q * d + 2 * block_k * d + block_q * block_k) * BYTES
 
 
 def draw_tiling(n: int = 4096, d: int = 64, sram_kib: int = 192, block_q: int | None = None,

@@ -9,32 +9,14 @@ from __future__ import annotations
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 
-from helpers.panel_output import show_figure
-from helpers.kv_cache_size import bytes_per_element, format_bytes, gib
-from helpers.models import MODELS, ModelConfig, get_model
+from helpers.models import MODELS, ModelConfig, get_model, reshaped
+from helpers.panels.output import show_figure
+from helpers.units import bytes_per_element, format_bytes, gib
 
 CONTEXTS = [2**k for k in range(10, 21)]  # 1,024 .. 1,048,576 tokens
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128]
 HEAD_DIMS = [32, 64, 80, 96, 128, 192, 256]
 DTYPES = [("fp32 (4 bytes)", "fp32"), ("bf16 / fp16 (2 bytes)", "bf16"), ("fp8 / int8 (1 byte)", "fp8")]
-
-
-def reshaped(name: str, layers: int, kv_heads: int, head_dim: int) -> ModelConfig:
-    """The registry model ``name`` with its layer count, KV heads and head dim replaced.
-
-    Windowed layers keep their share of the layers; MLA models keep their latent (their
-    kv_heads and head_dim do not set the cache).
-    """
-    base = get_model(name)
-    windowed = round(base.windowed_layers * layers / base.layers)
-    return base.with_shape(
-        layers=layers,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
-        windowed_layers=windowed,
-        window=base.window if windowed else None,
-        first_dense_layers=min(base.first_dense_layers, layers),
-    )
 
 
 def draw_cache_vs_tokens(model: ModelConfig, dtype: str = "bf16", batch: int = 1, context: int = 131072):

@@ -11,42 +11,14 @@ from __future__ import annotations
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 
-from helpers.panel_output import show_figure
-from helpers.kv_cache_size import cache_bytes, gib, kv_bytes_per_token
-from helpers.kv_quant import error_table
-from helpers.mla import mla_elements_per_token
+from helpers.kv_cache_size import LAYOUTS, cache_bytes, layout_bytes_per_token
+from helpers.kv_quant import measured_errors
+from helpers.panels.output import show_figure
+from helpers.units import gib
 
-LAYERS, Q_HEADS, HEAD_DIM = 32, 32, 128
-LAYOUTS = ("MHA", "GQA", "MQA", "MLA")
-STORAGE = {"bf16": 2, "int8": 1, "e4m3": 1, "e5m2": 1}  # bytes per element
+STORAGE = ("bf16", "int8", "e4m3", "e5m2")  # the formats the panel offers (bytes: helpers.units.DTYPE_BYTES)
 SCALINGS = ("tensor", "channel", "token", "uncalibrated")
 CONTEXTS = [2**k for k in range(12, 21)]
-
-
-def layout_bytes_per_token(layout: str, group: int = 4, storage: str = "bf16") -> int:
-    """Bytes per token of the 32-layer, 32-head, head-dim-128 shape in ``layout``, stored as ``storage``."""
-    if storage not in STORAGE:
-        raise ValueError(f"storage must be one of {', '.join(STORAGE)}; got {storage!r}")
-    bpe = STORAGE[storage]
-    if layout == "MLA":
-        return mla_elements_per_token(4 * HEAD_DIM, HEAD_DIM // 2, LAYERS) * bpe
-    kv_heads = {"MHA": Q_HEADS, "MQA": 1}.get(layout)
-    if layout == "GQA":
-        if group < 1 or Q_HEADS % group:
-            raise ValueError(f"group must divide {Q_HEADS} query heads; got {group}")
-        kv_heads = Q_HEADS // group
-    if kv_heads is None:
-        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
-    return kv_bytes_per_token(LAYERS, kv_heads, HEAD_DIM, bpe)
-
-
-def measured_errors(storage: str, scaling: str) -> dict[str, dict[str, float]]:
-    """The lesson's measured errors ('keys'/'values' -> error dict) for this storage and scaling."""
-    wanted = ("bf16", "none") if storage == "bf16" else (storage, scaling)
-    rows = {r["which"]: r for r in error_table() if (r["fmt"], r["scaling"]) == wanted}
-    if len(rows) != 2:
-        raise ValueError(f"no measurement for storage {storage!r} with scaling {scaling!r}")
-    return rows
 
 
 def draw_cache_shrink(layout: str = "GQA", group: int = 4, storage: str = "e4m3", scaling: str = "tensor",

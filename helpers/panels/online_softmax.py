@@ -14,31 +14,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from helpers.attention import softmax
-from helpers.flash import block_update
-from helpers.kv_cache_size import positive_int
-from helpers.panel_output import show_figure
-
-
-def demo_row(n: int = 32, d: int = 4, seed: int = 3) -> tuple[np.ndarray, np.ndarray]:
-    """Scores (n,) that rise in a later block (so the maximum moves) and values (n, d)."""
-    rng = np.random.default_rng(seed)
-    scores = rng.normal(0, 1.0, n)
-    scores[int(0.6 * n)] += 4.0  # a late, large score: the running maximum must jump
-    return scores, rng.normal(0, 1.0, (n, d))
-
-
-def online_states(scores: np.ndarray, values: np.ndarray, block: int) -> list[dict]:
-    """State after 0, 1, 2, ... blocks: m, l, output o, and alpha = exp(m_old - m_new) of that step."""
-    block = positive_int("block", block)
-    m, l, o = np.full(1, -np.inf), np.zeros(1), np.zeros((1, values.shape[1]))
-    states = [{"m": -math.inf, "l": 0.0, "o": o[0].copy(), "alpha": math.nan, "end": 0}]
-    for start in range(0, len(scores), block):
-        end = min(start + block, len(scores))
-        old = m[0]
-        m, l, o = block_update(m, l, o, scores[None, start:end], values[start:end])
-        alpha = math.exp(old - m[0]) if math.isfinite(old) else 0.0
-        states.append({"m": float(m[0]), "l": float(l[0]), "o": o[0].copy(), "alpha": alpha, "end": end})
-    return states
+from helpers.flash import demo_row, online_states
+from helpers.panels.output import show_figure
 
 
 def draw_online_step(step: int, block: int = 8, seed: int = 3):
