@@ -23,13 +23,13 @@ def softmax(scores: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def visible(rows: np.ndarray, cols: np.ndarray, n_q: int, n_kv: int) -> np.ndarray:
-    """Boolean (len(rows), len(cols)): may query ``rows[i]`` see key ``cols[j]``? Query i of n_q sits
-    at absolute position n_kv - n_q + i (end-aligned, see module doc)."""
+    """Boolean (len(rows), len(cols)): may query ``rows[i]`` see key ``cols[j]``? The n_q queries are
+    the last n_q of the n_kv positions (end-aligned): query i sits at position n_kv - n_q + i."""
     return cols[None, :] <= rows[:, None] + (n_kv - n_q)
 
 
 def causal_mask(n_q: int, n_kv: int) -> np.ndarray:
-    """Boolean (n_q, n_kv): True where query i may attend to key j (end-aligned, see module doc)."""
+    """Boolean (n_q, n_kv): True where query i, at position n_kv - n_q + i, may attend to key j."""
     if n_q > n_kv:
         raise ValueError(f"n_q ({n_q}) cannot exceed n_kv ({n_kv}) for a causal mask")
     return visible(np.arange(n_q), np.arange(n_kv), n_q, n_kv)

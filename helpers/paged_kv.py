@@ -6,8 +6,8 @@ of block table[t // block_size]. Blocks are handed out as sequences grow and ret
 finish, so memory is reserved only for tokens that exist (plus the unused tail of each last
 block). ``fork`` lets a new sequence share all of a parent's blocks (parallel sampling from one
 prompt): blocks carry reference counts, and a shared block is copied before it is written
-(copy-on-write). ``truncate`` takes tokens back off the end (draft tokens a verifier rejected in
-speculative decoding, a beam cut short) and returns the blocks no longer needed.
+(copy-on-write). ``truncate`` takes tokens back off the end (the draft tokens a verifying model rejected
+in speculative decoding) and returns the blocks no longer needed.
 
 Every operation checks first and changes state only if it can complete: running out of
 blocks, freeing twice or using an unknown sequence raises ``AllocatorError`` and leaves the

@@ -130,7 +130,8 @@ def test_bytes_per_token_float_return():
     with pytest.raises(AssertionError) as info:
         lesson01.bytes_per_token(lambda l, k, d, b: 2 * l * k * d * b / 1)
     message = _message(info)
-    assert message.startswith(f"{SEVEN_B_CALL} returned a float (524288.0); return an int")
+    assert message.startswith(f"{SEVEN_B_CALL} returned a float (524288.0); expected an int. The value is right: "
+                              "return it as an int")
     assert "use // instead of /" in message
     assert "Expected: 524288" in message
     assert "Hint:" in message
@@ -161,7 +162,7 @@ def test_sequence_cache_bytes_float_return():
     with pytest.raises(AssertionError) as info:
         lesson01.sequence_cache_bytes(lambda *a: float(good_sequence_cache_bytes(*a)))
     message = _message(info)
-    assert "returned a float" in message and "return an int" in message
+    assert "returned a float" in message and "The value is right: return it as an int" in message
     assert f"Expected: {64 * 2**30}" in message
 
 
@@ -187,7 +188,7 @@ def test_append_step_bytes_float_in_pair():
     with pytest.raises(AssertionError) as info:
         lesson01.append_step_bytes(lambda *a: tuple(float(x) for x in good_append_step_bytes(*a)))
     message = _message(info)
-    assert "returned a pair holding a float (16384.0); return an int" in message
+    assert "returned a pair holding a float (16384.0); expected an int. The value is right" in message
 
 
 def test_append_step_bytes_forgets_batch():
@@ -234,7 +235,7 @@ def test_crossover_off_by_one_ceiling_fails_on_exact_multiple():
 def test_crossover_float_return():
     with pytest.raises(AssertionError) as info:
         lesson01.crossover_tokens(lambda *a: float(good_crossover_tokens(*a)))
-    assert "returned a float (25706.0); return an int" in _message(info)
+    assert "returned a float (25706.0); expected an int. The value is right" in _message(info)
 
 
 # ---- unanswered, not a function, wrong signature, crashing -------------------------------
@@ -333,3 +334,11 @@ def test_patching_the_reference_while_checked_does_not_pass(monkeypatch):
 
     with pytest.raises(AssertionError, match="returned 0, expected 68719476736"):
         lesson01.sequence_cache_bytes(student)
+
+
+def test_a_wrong_float_gets_no_advice_to_make_it_an_int():
+    with pytest.raises(AssertionError) as info:
+        lesson01.sequence_cache_bytes(lambda tokens, batch, layers, kv_heads, head_dim, bpe:
+                                   tokens * batch * 2 * layers * kv_heads * head_dim * bpe / 1024**3)  # GiB
+    message = _message(info)
+    assert "returned a float (64.0); expected an int" in message and "The value is right" not in message

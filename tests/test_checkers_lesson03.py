@@ -124,3 +124,41 @@ def test_unanswered_exercise_says_so():
     for checker in (check.online_update, check.merge_states, check.tiled_attention, check.hbm_traffic):
         with pytest.raises(NotImplementedError, match="not answered yet"):
             checker(blank)
+
+
+def test_merge_returning_the_log_sum_exp_is_named_not_equal_weights():
+    def lse_form(m_a, l_a, o_a, m_b, l_b, o_b):
+        m, l, o = good_merge(m_a, l_a, o_a, m_b, l_b, o_b)
+        return m + math.log(l), 1.0, o
+
+    with pytest.raises(AssertionError) as info:
+        check.merge_states(lse_form)
+    message = str(info.value)
+    assert "m came back as the log-sum-exp" in message and "averaged equally" not in message
+
+
+def test_tiled_without_the_sqrt_d_scale_is_named():
+    def unscaled(q, k, v, block_q, block_k, causal):
+        return flash_attention(q * math.sqrt(q.shape[1]), k, v, block_q, block_k, causal)[0]
+
+    with pytest.raises(AssertionError, match=r"not divided by sqrt\(d\)"):
+        check.tiled_attention(unscaled)
+
+
+def test_tiled_that_builds_the_whole_mask_when_causal_fails_on_memory():
+    def whole_mask(q, k, v, block_q, block_k, causal):
+        if causal:
+            np.tril(np.ones((q.shape[0], k.shape[0])), k.shape[0] - q.shape[0]).astype(bool)
+        return good_tiled(q, k, v, block_q, block_k, causal)
+
+    with pytest.raises(AssertionError, match=r"causal=True\) gave the right answer but allocated"):
+        check.tiled_attention(whole_mask)
+
+
+def test_a_check_of_an_unanswered_exercise_shows_only_its_message():
+    def blank(*args):
+        raise NotImplementedError()
+
+    with pytest.raises(NotImplementedError) as info:
+        check.online_update(blank)
+    assert info.value._render_traceback_() == [str(info.value)]

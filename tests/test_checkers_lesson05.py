@@ -65,7 +65,7 @@ def test_blocks_for_one_too_many():
 
 
 def test_blocks_for_float_answer():
-    with pytest.raises(AssertionError, match="return an int"):
+    with pytest.raises(AssertionError, match="The value is right: return it as an int"):
         check.blocks_for(lambda tokens, block: float(-(-tokens // block)))
 
 

@@ -272,7 +272,7 @@ def _cell_problem(run_result: Run, index: int, options: Options) -> tuple[str, s
 
 
 def _check_reason(phrase: str) -> str:
-    if phrase.startswith("raised NotImplementedError") and "not answered yet" in phrase:
+    if phrase.startswith(("raised NotImplementedError", "raised NotAnswered")) and "not answered yet" in phrase:
         return "not answered yet"
     return phrase.removeprefix("raised ") if phrase.startswith("raised ") else f"the check {phrase}"
 

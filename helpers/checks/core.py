@@ -34,14 +34,27 @@ class CheckFailed(AssertionError):
         return [f"Check failed: {line}" if i == 0 else line for i, line in enumerate(str(self).splitlines())]
 
 
+class NotAnswered(NotImplementedError):
+    """An exercise still holding ``raise NotImplementedError()``. Shown as its message alone, like CheckFailed."""
+
+    def _render_traceback_(self) -> list[str]:
+        return str(self).splitlines()
+
+
 def as_int(value: Any) -> int:
     """``value`` as a plain int; WrongType explains why it is not a whole number."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        if isinstance(value, numbers.Real) and float(value).is_integer():
-            raise WrongType(f"a {type(value).__name__} ({value!r}); return an int: "
-                            "use // instead of /, or int(...) around the result")
         raise WrongType(f"a {type(value).__name__} ({value!r}); expected an int")
     return int(value)
+
+
+def _int_advice(got: Any, expected: Any) -> str:
+    """How to turn ``got`` into ``expected`` when it is the same whole number as a float (or a pair of them)."""
+    pairs = zip(got, expected) if isinstance(got, (tuple, list)) and isinstance(expected, tuple) else [(got, expected)]
+    for g, e in pairs:
+        if not (isinstance(g, numbers.Real) and not isinstance(g, bool) and isinstance(e, int) and float(g) == e):
+            return ""
+    return " The value is right: return it as an int (use // instead of /, or int(...) around the result)."
 
 
 def as_int_pair(value: Any) -> tuple[int, int]:
@@ -155,7 +168,7 @@ def check_function(
         try:
             returned = student(*args)
         except NotImplementedError as error:
-            raise NotImplementedError(
+            raise NotAnswered(
                 f"{name} is not answered yet: `raise NotImplementedError()` is still in "
                 f"{_innermost_function(error)}(). Replace it with your code, run that cell, "
                 "then run this check again."
@@ -165,7 +178,8 @@ def check_function(
         try:
             got = convert(returned)
         except WrongType as problem:
-            raise CheckFailed(f"{call} returned {problem}.\nExpected: {_short(expected)}\nHint: {hint}") from None
+            raise CheckFailed(f"{call} returned {problem}.{_int_advice(returned, expected)}\n"
+                              f"Expected: {_short(expected)}\nHint: {hint}") from None
         mismatch = compare(expected, got, args)
         if mismatch:
             note = diagnose(args, expected, got) if diagnose else None

@@ -61,14 +61,22 @@ def merge_states(fn, seed: int = 2, n_random: int = 20) -> None:
 
     def diagnose(args, expected, got):
         m_a, l_a, o_a, m_b, l_b, o_b = args
-        if len(got) == 3 and np.shape(got[2]) == np.shape(o_a) and np.allclose(got[2], (o_a + o_b) / 2):
+        if len(got) != 3:
+            return None
+        equal_weights = math.isclose(l_a * math.exp(m_a - expected[0]), l_b * math.exp(m_b - expected[0]))
+        if not equal_weights and np.shape(got[2]) == np.shape(o_a) and np.allclose(got[2], (o_a + o_b) / 2):
             return "the two outputs are averaged equally: weight each by its rescaled sum l * exp(m_part - m)"
+        lse = expected[0] + math.log(expected[1])
+        if math.isclose(got[0], lse, rel_tol=1e-9) and not math.isclose(got[0], expected[0], rel_tol=1e-9):
+            return ("m came back as the log-sum-exp m + log l (section 7's form); here m is the running maximum, "
+                    "max(m_a, m_b), and l the sum measured against it, as in section 3")
         return None
     check_function(fn, _merge_reference, cases, name="merge_states",
                    params=("m_a", "l_a", "o_a", "m_b", "l_b", "o_b"), convert=as_numbers(3), compare=close(),
                    diagnose=diagnose,
                    hint="m = max(m_a, m_b); w = l * exp(m_part - m) for each part; l = w_a + w_b; "
-                        "o = (w_a o_a + w_b o_b) / l (lesson 03, section 7).")
+                        "o = (w_a o_a + w_b o_b) / l (lesson 03, section 3's (m, l, o) update; section 7 merges "
+                        "the same way in log-sum-exp form).")
 
 
 # ---- exercise 3 ------------------------------------------------------------------------
@@ -118,19 +126,29 @@ def tiled_attention(fn, seed: int = 3, n_random: int = 20) -> None:
         rng = np.random.default_rng(seed)
         n = 1024
         q, k, v = (rng.normal(size=(n, 16)) for _ in range(3))
-        _, peak = peak_bytes(fn, q, k, v, 64, 64, False)
         table = n * n * 8
-        if peak > table / 4:
-            raise CheckFailed(
-                f"tiled_attention(q, k, v of shape ({n}, 16), block_q=64, block_k=64) gave the right answer but "
-                f"allocated {peak / 2**20:.1f} MiB at its peak; the whole {n} x {n} score table is "
-                f"{table / 2**20:.0f} MiB. Compute scores one (block_q, block_k) tile at a time.")
+        for causal in (False, True):
+            _, peak = peak_bytes(fn, q, k, v, 64, 64, causal)
+            if peak > table / 4:
+                raise CheckFailed(
+                    f"tiled_attention(q, k, v of shape ({n}, 16), block_q=64, block_k=64, causal={causal}) gave the "
+                    f"right answer but allocated {peak / 2**20:.1f} MiB at its peak; the whole {n} x {n} score "
+                    f"table is {table / 2**20:.0f} MiB. Compute scores, and the mask, one (block_q, block_k) tile "
+                    "at a time.")
+
+    def diagnose(args, expected, got):
+        q, k, v, _, _, causal = args
+        if got.shape == expected.shape and np.allclose(got, naive_attention(q * math.sqrt(q.shape[1]), k, v, causal),
+                                                       rtol=1e-9, atol=1e-9):
+            return "the scores are not divided by sqrt(d): s = q k^T / sqrt(d), as in standard attention"
+        return None
 
     check_function(fn, lambda q, k, v, bq, bk, causal: naive_attention(q, k, v, causal), cases,
                    name="tiled_attention", params=("q", "k", "v", "block_q", "block_k", "causal"),
-                   convert=_array, compare=_same_output, then=small_peak_memory,
-                   hint="loop over blocks of K/V and of Q; keep m, l and o per query row and update them with "
-                        "the rescale of section 3; mask keys after each query's absolute position n_k - n_q + i.")
+                   convert=_array, compare=_same_output, diagnose=diagnose, then=small_peak_memory,
+                   hint="loop over blocks of K/V and of Q; scores q k^T / sqrt(d); keep m, l and o per query row and "
+                        "update them with the rescale of section 3; mask keys after each query's absolute position "
+                        "n_k - n_q + i (lesson 03, section 4).")
 
 
 # ---- exercise 4 ------------------------------------------------------------------------

@@ -23,7 +23,7 @@ CONTEXTS = [2**k for k in range(12, 21)]
 
 def draw_cache_shrink(layout: str = "GQA", group: int = 4, storage: str = "e4m3", scaling: str = "tensor",
                       context: int = 131072):
-    """Left: cache of one sequence at ``context`` for MHA bf16, the layout in bf16, and the layout
+    """Left: cache holding ``context`` tokens (one sequence, or a batch's total) for MHA bf16, the layout in bf16, and the layout
     in ``storage``. Right: the measured attention-output error of that storage. Returns the Figure."""
     name = f"GQA, groups of {group}" if layout == "GQA" else layout
     bars = [("MHA, bf16", layout_bytes_per_token("MHA")), (f"{name}, bf16", layout_bytes_per_token(layout, group)),
@@ -37,7 +37,7 @@ def draw_cache_shrink(layout: str = "GQA", group: int = 4, storage: str = "e4m3"
                   va="center", fontsize=8)
     left.invert_yaxis()
     left.set_xlim(0, sizes[0] * 1.6)
-    left.set_xlabel(f"KV cache of one sequence at {context:,} tokens (GiB)")
+    left.set_xlabel(f"KV cache holding {context:,} tokens, one sequence or a batch's total (GiB)")
     left.set_title(f"{name} in {storage}: {bars[-1][1]:,} bytes per token", y=1.01)  # fixed y: no layout pass
 
     errors = measured_errors(storage, scaling)
@@ -72,7 +72,7 @@ def cache_shrink_panel() -> widgets.VBox:
     storage = widgets.Dropdown(options=list(STORAGE), value="e4m3", description="storage", style=style)
     scaling = widgets.Dropdown(options=SCALINGS, value="tensor", description="scale", style=style)
     context = widgets.SelectionSlider(options=[(f"{c:,}", c) for c in CONTEXTS], value=131072,
-                                      description="context", style=style)
+                                      description="tokens", style=style)
 
     def enable(change=None):
         group.disabled = layout.value != "GQA"

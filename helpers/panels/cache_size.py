@@ -65,8 +65,11 @@ def _show(model, layers, kv_heads, head_dim, dtype, batch, context):
     show_figure(draw_cache_vs_tokens(reshaped(model, layers, kv_heads, head_dim), dtype, batch, context))
 
 
-def cache_size_panel(model: str = "Llama-2-7B") -> widgets.VBox:
-    """Dropdown of registry models plus sliders for layers, KV heads, head dim, dtype, batch, context."""
+def cache_size_panel(model: str = "Llama-2-7B", batch: int = 1, context: int = 131072) -> widgets.VBox:
+    """Dropdown of registry models plus sliders for layers, KV heads, head dim, dtype, batch, context
+    (``batch`` and ``context`` are where those two start; each must be one of the slider's values)."""
+    if batch not in BATCHES or context not in CONTEXTS:
+        raise ValueError(f"batch must be one of {BATCHES} and context one of {CONTEXTS}; got {batch}, {context}")
     base = get_model(model)
     style = {"description_width": "90px"}
     pick = widgets.Dropdown(options=list(MODELS), value=base.name, description="model", style=style)
@@ -74,8 +77,8 @@ def cache_size_panel(model: str = "Llama-2-7B") -> widgets.VBox:
     kv_heads = widgets.SelectionSlider(options=[base.kv_heads], description="KV heads", style=style)
     head_dim = widgets.SelectionSlider(options=[base.head_dim], description="head dim", style=style)
     dtype = widgets.Dropdown(options=DTYPES, value="bf16", description="cache dtype", style=style)
-    batch = widgets.SelectionSlider(options=BATCHES, value=1, description="batch", style=style)
-    context = widgets.SelectionSlider(options=[(f"{c:,}", c) for c in CONTEXTS], value=131072,
+    batch = widgets.SelectionSlider(options=BATCHES, value=batch, description="batch", style=style)
+    context = widgets.SelectionSlider(options=[(f"{c:,}", c) for c in CONTEXTS], value=context,
                                       description="context", style=style)
     quiet = {"on": False}
 
