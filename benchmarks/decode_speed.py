@@ -68,8 +68,8 @@ def transformers_model(model: LlamaForCausalLM):
         return None
     c = model.config
     config = transformers.LlamaConfig(
-        vocab_size=c.vocab_size, hidden_size=c.hidden, intermediate_size=c.intermediate, num_hidden_layers=c.n_layers,
-        num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads, head_dim=c.head_dim,
+        vocab_size=c.vocab_size, hidden_size=c.hidden, intermediate_size=c.intermediate, num_hidden_layers=c.layers,
+        num_attention_heads=c.q_heads, num_key_value_heads=c.kv_heads, head_dim=c.head_dim,
         max_position_embeddings=c.max_positions, rms_norm_eps=c.norm_eps, rope_theta=c.rope_theta,
         tie_word_embeddings=c.tie_embeddings, attn_implementation="sdpa")
     reference = transformers.LlamaForCausalLM(config).to(next(model.parameters()).dtype).eval()

@@ -1,7 +1,7 @@
 """Timing generation step by step, with and without the KV cache, and fitting how it scales.
 
-``step_seconds`` runs the same loop as ``helpers.llama.generate`` (greedy) and times every
-forward pass; ``cached_step_seconds`` and ``uncached_step_seconds`` time the step at a few
+``step_seconds`` runs the loop ``helpers.llama.generate`` runs (``decode_steps``, greedy) and
+times every forward pass; ``cached_step_seconds`` and ``uncached_step_seconds`` time the step at a few
 chosen positions, best of several runs; ``scaling_exponent`` fits t ~ c n^k on a log-log scale.
 """
 
@@ -12,7 +12,7 @@ import time
 import numpy as np
 import torch
 
-from helpers.llama import KVCache, LlamaForCausalLM
+from helpers.llama import KVCache, LlamaForCausalLM, decode_steps
 from helpers.measure import best_seconds
 from helpers.units import positive_int
 
@@ -22,24 +22,17 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-@torch.no_grad()
 def step_seconds(model: LlamaForCausalLM, prompt_ids: torch.Tensor, new_tokens: int, use_cache: bool) -> np.ndarray:
     """Wall seconds of each of ``new_tokens`` greedy steps (the first includes the prefill)."""
-    new_tokens = positive_int("new_tokens", new_tokens)
-    device = prompt_ids.device
-    cache = KVCache(model.config, prompt_ids.shape[0], prompt_ids.shape[1] + new_tokens,
-                    next(model.parameters()).dtype, device) if use_cache else None
-    ids, step_input, times = prompt_ids, prompt_ids, []
-    for _ in range(new_tokens):
-        _sync(device)
+    steps = decode_steps(model, prompt_ids, positive_int("new_tokens", new_tokens), use_cache)
+    times = []
+    while True:
+        _sync(prompt_ids.device)
         start = time.perf_counter()
-        logits = model(step_input, cache) if use_cache else model(ids)
-        token = logits[:, -1].argmax(dim=-1, keepdim=True)
-        _sync(device)
+        if next(steps, None) is None:  # the loop has run all its steps
+            return np.array(times)
+        _sync(prompt_ids.device)
         times.append(time.perf_counter() - start)
-        ids = torch.cat([ids, token], dim=1)
-        step_input = token
-    return np.array(times)
 
 
 def _positions(ids: torch.Tensor, positions) -> list[int]:

@@ -105,7 +105,7 @@ class EvictingCache(KVCache):
             raise ValueError(f"sinks ({sinks}) + memory ({self.memory}) leave no room for a window "
                              f"in {self.keep_rows} rows")
         self.compact_positions = compact_positions
-        heads = (config.n_layers, config.n_kv_heads, 0)
+        heads = (config.layers, config.kv_heads, 0)
         self.positions = torch.zeros(heads, dtype=torch.long)
         self.scores = torch.zeros(heads)
         self.counts = torch.ones(heads)
@@ -119,7 +119,7 @@ class EvictingCache(KVCache):
             return None
         held = self.counts[layer].log()  # (kv_heads, length)
         bias = torch.cat([held, held.new_zeros(held.shape[0], rows - self.length)], dim=1)
-        group = self.config.n_heads // self.config.n_kv_heads
+        group = self.config.q_heads // self.config.kv_heads
         return bias.repeat_interleave(group, dim=0)[:, None, :]
 
     def advance(self, attention: list[torch.Tensor] | None = None) -> None:

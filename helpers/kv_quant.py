@@ -222,7 +222,7 @@ def collect_qkv(model, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, t
 
     def keep_query(attention, args):
         x, cos, sin = args[:3]  # the layer's normalised input and the rotary angles
-        q = attention.q_proj(x).view(1, x.shape[1], c.n_heads, c.head_dim).transpose(1, 2)
+        q = attention.q_proj(x).view(1, x.shape[1], c.q_heads, c.head_dim).transpose(1, 2)
         queries.append(apply_rope(q, cos, sin)[0].float())
 
     hooks = [layer.self_attn.register_forward_pre_hook(keep_query) for layer in model.model.layers]

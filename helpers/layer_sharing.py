@@ -59,7 +59,7 @@ class CrossLayerCache(KVCache):
         if mode not in SHARING_MODES:
             raise ValueError(f"mode must be one of {', '.join(SHARING_MODES)}; got {mode!r}")
         super().__init__(config, batch=1, capacity=capacity)
-        self.mode, self.pairs = mode, layer_pairs(config.n_layers, first_layer)
+        self.mode, self.pairs = mode, layer_pairs(config.layers, first_layer)
         self.upper = {upper: lower for lower, upper in self.pairs}
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -30,13 +30,14 @@ from helpers.units import positive_int
 
 @dataclass(frozen=True)
 class LlamaConfig:
-    """The shapes of a Llama-style model (the fields of a Hugging Face LlamaConfig that matter here)."""
+    """The shapes of a Llama-style model (the fields of a Hugging Face LlamaConfig that matter here),
+    named as in ``helpers.models.ModelConfig`` and the exercises: layers, q_heads, kv_heads, head_dim."""
 
     vocab_size: int = 257
-    n_layers: int = 4
+    layers: int = 4
     hidden: int = 128
-    n_heads: int = 4
-    n_kv_heads: int = 2
+    q_heads: int = 4
+    kv_heads: int = 2
     head_dim: int = 32
     intermediate: int = 352
     rope_theta: float = 10000.0
@@ -45,11 +46,11 @@ class LlamaConfig:
     tie_embeddings: bool = False
 
     def __post_init__(self):
-        for name in ("vocab_size", "n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim",
+        for name in ("vocab_size", "layers", "hidden", "q_heads", "kv_heads", "head_dim",
                      "intermediate", "max_positions"):
             positive_int(name, getattr(self, name))
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
+        if self.q_heads % self.kv_heads:
+            raise ValueError(f"q_heads ({self.q_heads}) must be a multiple of kv_heads ({self.kv_heads})")
         if self.head_dim % 2:
             raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
         if not self.rope_theta > 0 or not self.norm_eps > 0:
@@ -58,8 +59,8 @@ class LlamaConfig:
     def as_model_config(self, name: str = "tiny Llama") -> ModelConfig:
         """The same shape as a registry entry, so lesson 01's arithmetic (cache bytes, parameter
         count) applies to it."""
-        return ModelConfig(name, "this course", layers=self.n_layers, hidden=self.hidden, q_heads=self.n_heads,
-                           kv_heads=self.n_kv_heads, head_dim=self.head_dim, intermediate=self.intermediate,
+        return ModelConfig(name, "this course", layers=self.layers, hidden=self.hidden, q_heads=self.q_heads,
+                           kv_heads=self.kv_heads, head_dim=self.head_dim, intermediate=self.intermediate,
                            vocab=self.vocab_size, max_context=self.max_positions,
                            tied_embeddings=self.tie_embeddings)
 
@@ -72,13 +73,20 @@ class KVCache:
 
     Storage for ``capacity`` positions is allocated once; ``append`` writes the new rows after the
     ones already held and returns views of everything held so far.
+
+    The cache protocol, all the model calls on a cache during a forward pass: ``position`` (the first
+    new token's absolute position, for RoPE); per layer, ``append(layer, k, v)`` and then
+    ``score_bias(layer, rows)``; once at the end, ``advance(attention)``, with every layer's
+    attention weights when ``needs_attention`` is set. A plain cache adds no bias and needs no
+    weights; lesson 06's caches (``helpers.eviction``, ``helpers.layer_sharing``) override these to
+    evict, merge or share rows.
     """
 
     def __init__(self, config: LlamaConfig, batch: int = 1, capacity: int | None = None,
                  dtype: torch.dtype = torch.float32, device=None):
         self.config = config
         capacity = positive_int("capacity", capacity or config.max_positions)
-        shape = (config.n_layers, positive_int("batch", batch), config.n_kv_heads, capacity, config.head_dim)
+        shape = (config.layers, positive_int("batch", batch), config.kv_heads, capacity, config.head_dim)
         self.keys = torch.zeros(shape, dtype=dtype, device=device)
         self.values = torch.zeros(shape, dtype=dtype, device=device)
         self.length = 0  # rows held (the same in every layer once a forward pass ends)
@@ -171,21 +179,21 @@ class Attention(nn.Module):
     def __init__(self, c: LlamaConfig):
         super().__init__()
         self.c = c
-        self.q_proj = nn.Linear(c.hidden, c.n_heads * c.head_dim, bias=False)
-        self.k_proj = nn.Linear(c.hidden, c.n_kv_heads * c.head_dim, bias=False)
-        self.v_proj = nn.Linear(c.hidden, c.n_kv_heads * c.head_dim, bias=False)
-        self.o_proj = nn.Linear(c.n_heads * c.head_dim, c.hidden, bias=False)
+        self.q_proj = nn.Linear(c.hidden, c.q_heads * c.head_dim, bias=False)
+        self.k_proj = nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=False)
+        self.v_proj = nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=False)
+        self.o_proj = nn.Linear(c.q_heads * c.head_dim, c.hidden, bias=False)
 
     def forward(self, x, cos, sin, layer: int, cache: KVCache | None, keep_weights: bool = False):
         c = self.c
         batch, n_new, _ = x.shape
-        q = self.q_proj(x).view(batch, n_new, c.n_heads, c.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(batch, n_new, c.n_kv_heads, c.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(batch, n_new, c.n_kv_heads, c.head_dim).transpose(1, 2)
+        q = self.q_proj(x).view(batch, n_new, c.q_heads, c.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(batch, n_new, c.kv_heads, c.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(batch, n_new, c.kv_heads, c.head_dim).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
             k, v = cache.append(layer, k, v)  # now every position so far
-        group = c.n_heads // c.n_kv_heads  # query head h reads K/V head h // group
+        group = c.q_heads // c.kv_heads  # query head h reads K/V head h // group
         mask = causal_mask(n_new, k.shape[2], x.device)  # offset to the absolute positions
         bias = cache.score_bias(layer, k.shape[2]) if cache is not None else None  # added to the scores, or None
         if keep_weights:  # spelled out, to hand back the weights
@@ -200,7 +208,7 @@ class Attention(nn.Module):
             if bias is not None:
                 mask = torch.where(mask, bias.to(q.dtype), torch.tensor(float("-inf"), dtype=q.dtype))
             weights, out = None, F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=group > 1)
-        out = out.transpose(1, 2).reshape(batch, n_new, c.n_heads * c.head_dim)
+        out = out.transpose(1, 2).reshape(batch, n_new, c.q_heads * c.head_dim)
         return self.o_proj(out), weights
 
 
@@ -235,7 +243,7 @@ class LlamaModel(nn.Module):
     def __init__(self, c: LlamaConfig):
         super().__init__()
         self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden)
-        self.layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_layers))
+        self.layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.layers))
         self.norm = RMSNorm(c.hidden, c.norm_eps)
 
 
@@ -302,30 +310,29 @@ def load_hf_state_dict(model: LlamaForCausalLM, state_dict: dict) -> None:
 
 
 @torch.no_grad()
-def generate(model: LlamaForCausalLM, prompt_ids: torch.Tensor, max_new_tokens: int, use_cache: bool = True,
-             temperature: float = 0.0, generator: torch.Generator | None = None,
-             stop_token: int | None = None) -> torch.Tensor:
-    """Continue ``prompt_ids`` (batch, prompt) by up to ``max_new_tokens`` tokens: (batch, prompt + new).
+def decode_steps(model: LlamaForCausalLM, prompt_ids: torch.Tensor, max_new_tokens: int, use_cache: bool = True,
+                 temperature: float = 0.0, generator: torch.Generator | None = None, keep_attention: bool = False):
+    """The decode loop: after each forward pass, yield (ids (batch, prompt + tokens so far), the last
+    position's logits (batch, vocab), the cache or None). ``generate``, the step timer
+    (``helpers.decode_timing``) and lesson 04's panel all run this loop.
 
-    temperature 0 is greedy; above 0 samples from softmax(logits / temperature) with ``generator``.
-    With ``use_cache`` the prompt is prefilled once and each step feeds only the newest token;
-    without, every step runs the whole sequence again. With ``stop_token`` (such as a chat
-    model's end-of-turn id) generation ends early once every sequence has produced it.
+    With ``use_cache`` the first pass (the prefill) feeds the whole prompt and fills a KVCache; each
+    later pass feeds only the newest token. Without, every pass feeds the whole sequence so far.
+    temperature 0 picks the most likely token; above 0 samples from softmax(logits / temperature).
     """
     if prompt_ids.ndim != 2 or prompt_ids.shape[1] < 1:
         raise ValueError(f"prompt_ids must be (batch, prompt) with a prompt of at least one token, got {tuple(prompt_ids.shape)}")
     positive_int("max_new_tokens", max_new_tokens, allow_zero=True)
     if temperature < 0:
         raise ValueError(f"temperature must be 0 (greedy) or positive, got {temperature}")
-    total = prompt_ids.shape[1] + max_new_tokens
-    if total > model.config.max_positions:
-        raise ValueError(f"prompt + new tokens = {total} exceeds max_positions {model.config.max_positions}")
-    ids = prompt_ids
-    cache = KVCache(model.config, batch=ids.shape[0], capacity=total,
-                    dtype=next(model.parameters()).dtype, device=ids.device) if use_cache else None
-    step_input = ids
+    fed = prompt_ids.shape[1] + max(max_new_tokens - 1, 0)  # the last token made is never fed back
+    if fed > model.config.max_positions:
+        raise ValueError(f"prompt + new tokens - 1 = {fed} positions exceed max_positions {model.config.max_positions}")
+    cache = KVCache(model.config, batch=prompt_ids.shape[0], capacity=fed,
+                    dtype=next(model.parameters()).dtype, device=prompt_ids.device) if use_cache else None
+    ids, step_input = prompt_ids, prompt_ids
     for _ in range(max_new_tokens):
-        logits = model(step_input, cache)[:, -1] if use_cache else model(ids)[:, -1]
+        logits = model(step_input if use_cache else ids, cache, keep_attention)[:, -1]
         if temperature == 0:
             nxt = logits.argmax(dim=-1, keepdim=True)
         else:
@@ -333,6 +340,20 @@ def generate(model: LlamaForCausalLM, prompt_ids: torch.Tensor, max_new_tokens: 
             nxt = torch.multinomial(probs, 1, generator=generator)
         ids = torch.cat([ids, nxt], dim=1)
         step_input = nxt
+        yield ids, logits, cache
+
+
+def generate(model: LlamaForCausalLM, prompt_ids: torch.Tensor, max_new_tokens: int, use_cache: bool = True,
+             temperature: float = 0.0, generator: torch.Generator | None = None,
+             stop_token: int | None = None) -> torch.Tensor:
+    """Continue ``prompt_ids`` (batch, prompt) by up to ``max_new_tokens`` tokens: (batch, prompt + new).
+
+    Runs ``decode_steps`` (with the cache, or running the whole sequence again every step). With
+    ``stop_token`` (such as a chat model's end-of-turn id) generation ends early once every
+    sequence has produced it.
+    """
+    ids = prompt_ids
+    for ids, _, _ in decode_steps(model, prompt_ids, max_new_tokens, use_cache, temperature, generator):
         if stop_token is not None and (ids[:, prompt_ids.shape[1]:] == stop_token).any(dim=1).all():
             break
     return ids

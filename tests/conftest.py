@@ -11,9 +11,9 @@ import torch
 from helpers.llama import LlamaConfig, LlamaForCausalLM
 
 
-def small_config(n_layers: int = 2, max_positions: int = 128) -> LlamaConfig:
+def small_config(layers: int = 2, max_positions: int = 128) -> LlamaConfig:
     """A Llama shape small enough for step-by-step tests: 4 query heads sharing 2 K/V heads of 8."""
-    return LlamaConfig(n_layers=n_layers, hidden=32, n_heads=4, n_kv_heads=2, head_dim=8, intermediate=64,
+    return LlamaConfig(layers=layers, hidden=32, q_heads=4, kv_heads=2, head_dim=8, intermediate=64,
                        max_positions=max_positions)
 
 

@@ -32,7 +32,7 @@ def test_right_answers_pass_with_one_deterministic_line(capsys):
     for _ in range(2):
         check.gqa_bytes_saved(good_gqa)
         check.mla_elements_per_token(good_mla)
-        check.int8_per_channel(good_quantize, good_dequantize)
+        check.quantize_int8_per_channel(good_quantize, good_dequantize)
         check.longest_context(good_fit)
     lines = capsys.readouterr().out.splitlines()
     assert lines[:5] == ["gqa_bytes_saved: all 26 cases correct.", "mla_elements_per_token: all 24 cases correct.",
@@ -72,7 +72,7 @@ def test_mla_mistakes_are_named(student, cause):
 
 def test_int8_float_codes():
     with pytest.raises(AssertionError, match="returned q of dtype float32, expected int8"):
-        check.int8_per_channel(lambda x: (np.rint(x / (np.abs(x).max(0) / 127)), np.abs(x).max(0) / 127),
+        check.quantize_int8_per_channel(lambda x: (np.rint(x / (np.abs(x).max(0) / 127)), np.abs(x).max(0) / 127),
                                good_dequantize)
 
 
@@ -82,7 +82,7 @@ def test_int8_one_scale_for_the_whole_tensor():
         return np.rint(x / scale).astype(np.int8), scale
 
     with pytest.raises(AssertionError, match=r"returned 1 scales, expected 2 \(one per channel"):
-        check.int8_per_channel(per_tensor, good_dequantize)
+        check.quantize_int8_per_channel(per_tensor, good_dequantize)
 
 
 def test_int8_scale_per_token_instead_of_per_channel():
@@ -91,7 +91,7 @@ def test_int8_scale_per_token_instead_of_per_channel():
         return np.rint(x / scale).astype(np.int8), scale
 
     with pytest.raises(AssertionError, match="returned 3 scales, expected 2"):
-        check.int8_per_channel(per_token, good_dequantize)
+        check.quantize_int8_per_channel(per_token, good_dequantize)
 
 
 def test_int8_zero_channel_divides_by_zero():
@@ -101,18 +101,18 @@ def test_int8_zero_channel_divides_by_zero():
             return np.nan_to_num(np.rint(x / scale)).astype(np.int8), scale
 
     with pytest.raises(AssertionError, match=r"which is not a positive finite number \(that channel is all zeros: use 1.0\)"):
-        check.int8_per_channel(no_guard, good_dequantize)
+        check.quantize_int8_per_channel(no_guard, good_dequantize)
 
 
 def test_dequantize_errors_and_unanswered():
     with pytest.raises(AssertionError, match=r"returned 2 at index \(0, 0\), expected 1"):
-        check.int8_per_channel(good_quantize, lambda q, s: q * s.astype(np.float32) + 1)
+        check.quantize_int8_per_channel(good_quantize, lambda q, s: q * s.astype(np.float32) + 1)
 
     def blank(q, scale):
         raise NotImplementedError()
 
     with pytest.raises(NotImplementedError, match="dequantize_int8 is not answered yet"):
-        check.int8_per_channel(good_quantize, blank)
+        check.quantize_int8_per_channel(good_quantize, blank)
 
 
 def test_longest_context_mistakes():
@@ -132,9 +132,9 @@ def test_int8_wrong_rounding_is_named(rounding, named):
         return rounding(x / scale).astype(np.int8), scale
 
     with pytest.raises(AssertionError, match=named):
-        check.int8_per_channel(wrong, good_dequantize)
+        check.quantize_int8_per_channel(wrong, good_dequantize)
 
 
 def test_int8_swapped_pair_is_named():
     with pytest.raises(AssertionError, match=r"order looks swapped; return \(q, scale\)"):
-        check.int8_per_channel(lambda x: good_quantize(x)[::-1], good_dequantize)
+        check.quantize_int8_per_channel(lambda x: good_quantize(x)[::-1], good_dequantize)

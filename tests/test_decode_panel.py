@@ -13,7 +13,7 @@ from helpers.llama import LlamaConfig, LlamaForCausalLM, generate
 from helpers.panels import decode as panel
 from helpers.panels import output as panel_output
 
-TINY = LlamaConfig(vocab_size=257, n_layers=2, hidden=32, n_heads=4, n_kv_heads=2, head_dim=8, intermediate=48,
+TINY = LlamaConfig(vocab_size=257, layers=2, hidden=32, q_heads=4, kv_heads=2, head_dim=8, intermediate=48,
                    max_positions=32)
 PROMPT = torch.tensor([[256, 82, 101, 116]])  # BOS "Ret"
 NEW = 6
@@ -45,20 +45,20 @@ def test_cache_grows_by_one_position_per_step_after_the_prefill(steps):
     prompt = PROMPT.shape[1]
     assert [s.length for s in steps] == list(range(prompt, prompt + NEW))  # step 0 is the prefill
     for s in steps:
-        assert s.cache_shape == (1, TINY.n_kv_heads, s.length, TINY.head_dim)
+        assert s.cache_shape == (1, TINY.kv_heads, s.length, TINY.head_dim)
 
 
 def test_cache_bytes_follow_the_kv_cache_formula(steps):
     per_token = TINY.as_model_config().kv_bytes_per_token(4)  # float32
     for s in steps:
         assert s.cache_bytes == s.length * per_token
-        assert s.cache_bytes == 2 * TINY.n_layers * TINY.n_kv_heads * s.length * TINY.head_dim * 4
+        assert s.cache_bytes == 2 * TINY.layers * TINY.kv_heads * s.length * TINY.head_dim * 4
 
 
 def test_attention_rows_are_distributions_over_the_cache(steps):
     for s in steps:
         assert isinstance(s.attention, np.ndarray)
-        assert s.attention.shape == (TINY.n_layers, TINY.n_heads, s.length)
+        assert s.attention.shape == (TINY.layers, TINY.q_heads, s.length)
         np.testing.assert_allclose(s.attention.sum(-1), 1.0, atol=1e-5)
         assert (s.attention > 0).all()  # the newest token sees every cached position
 
@@ -84,12 +84,12 @@ def test_draw_decode_step(steps):
     fig = panel.draw_decode_step(steps, 2, PROMPT)
     assert len(fig.axes) == 3  # cache bars, attention image, colorbar
     bars, attention, _ = fig.axes
-    assert [p.get_width() for p in bars.patches] == pytest.approx([steps[2].cache_bytes / TINY.n_layers / 1024] * 2)
+    assert [p.get_width() for p in bars.patches] == pytest.approx([steps[2].cache_bytes / TINY.layers / 1024] * 2)
     image = attention.get_images()[0].get_array()
-    assert image.shape == (TINY.n_layers * TINY.n_heads, steps[2].length)
+    assert image.shape == (TINY.layers * TINY.q_heads, steps[2].length)
     np.testing.assert_allclose(np.asarray(image), steps[2].attention.reshape(-1, steps[2].length))
     assert attention.get_title().startswith("step 2:")
-    assert str((1, TINY.n_kv_heads, steps[2].length, TINY.head_dim)) in bars.get_title()
+    assert str((1, TINY.kv_heads, steps[2].length, TINY.head_dim)) in bars.get_title()
 
 
 @pytest.mark.parametrize("step", [-1, NEW, 100])
@@ -121,9 +121,9 @@ def test_shown_layers_spreads_over_a_deep_model():
 def test_draw_decode_step_with_chosen_layers_and_decoder(steps):
     fig = panel.draw_decode_step(steps, 1, PROMPT, decode=lambda ids: "".join(f"<{i}>" for i in ids), layers=[1])
     bars, attention, _ = fig.axes
-    assert len(bars.patches) == TINY.n_layers  # the cache of every layer is still drawn
+    assert len(bars.patches) == TINY.layers  # the cache of every layer is still drawn
     image = np.asarray(attention.get_images()[0].get_array())
     np.testing.assert_allclose(image, steps[1].attention[1])  # only layer 1's heads
     assert "<256><82>" in attention.get_title() or f"<{steps[1].token}>" in attention.get_title()
     with pytest.raises(ValueError, match="layers must be"):
-        panel.draw_decode_step(steps, 1, PROMPT, layers=[TINY.n_layers])
+        panel.draw_decode_step(steps, 1, PROMPT, layers=[TINY.layers])

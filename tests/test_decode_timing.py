@@ -9,7 +9,7 @@ import torch
 from helpers.decode_timing import scaling_exponent, step_seconds
 from helpers.llama import LlamaConfig, LlamaForCausalLM
 
-TINY = LlamaConfig(vocab_size=20, n_layers=1, hidden=16, n_heads=2, n_kv_heads=1, head_dim=8, intermediate=32,
+TINY = LlamaConfig(vocab_size=20, layers=1, hidden=16, q_heads=2, kv_heads=1, head_dim=8, intermediate=32,
                    max_positions=16)
 
 

@@ -7,7 +7,7 @@ from conftest import random_ids, random_llama, small_config
 
 from helpers.eviction import POLICIES, EvictingCache, chunked_losses, evaluate, heavy_keep, sinks_keep, window_keep
 
-CONFIG = small_config(n_layers=2, max_positions=128)
+CONFIG = small_config(layers=2, max_positions=128)
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +119,7 @@ def test_merge_keeps_the_token_count_and_averages(model, ids):
         assert torch.equal(counts.sum(dim=-1), torch.full(counts.shape[:2], float(ids.shape[1])))  # every token counted once
         assert (counts[:, :, :2] == 1).all() and (counts[:, :, 6:] == 1).all()  # sinks and window untouched
         bias = cache.score_bias(0, cache.length + 1)
-        assert bias.shape == (CONFIG.n_heads, 1, cache.length + 1)
+        assert bias.shape == (CONFIG.q_heads, 1, cache.length + 1)
         assert torch.allclose(bias[0, 0, : cache.length], counts[0, 0].log()) and bias[0, 0, -1] == 0
 
 

@@ -414,7 +414,7 @@ def llama():
     from helpers.llama import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=40, n_layers=2, hidden=32, n_heads=4, n_kv_heads=2, head_dim=8,
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=40, layers=2, hidden=32, q_heads=4, kv_heads=2, head_dim=8,
                                          intermediate=48, max_positions=64)).eval()
     ids = torch.randint(0, 40, (1, 24), generator=torch.Generator().manual_seed(1))
     return model, ids

@@ -10,7 +10,7 @@ from helpers.eviction import chunked_losses
 from helpers.layer_sharing import CrossLayerCache, layer_pairs, slerp
 from helpers.llama import KVCache
 
-CONFIG = small_config(n_layers=4, max_positions=64)
+CONFIG = small_config(layers=4, max_positions=64)
 
 
 @pytest.fixture(scope="module")

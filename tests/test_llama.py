@@ -16,7 +16,7 @@ from helpers.llama import (
 )
 from helpers.models import ModelConfig
 
-TINY = LlamaConfig(vocab_size=50, n_layers=2, hidden=32, n_heads=4, n_kv_heads=2, head_dim=8, intermediate=48,
+TINY = LlamaConfig(vocab_size=50, layers=2, hidden=32, q_heads=4, kv_heads=2, head_dim=8, intermediate=48,
                    max_positions=32)
 TIED = LlamaConfig(**{**TINY.to_dict(), "tie_embeddings": True})
 
@@ -35,7 +35,7 @@ def close(a, b, atol=1e-5):
 
 
 # ---- config ---------------------------------------------------------------------------------
-SIZES = ("vocab_size", "n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "intermediate", "max_positions")
+SIZES = ("vocab_size", "layers", "hidden", "q_heads", "kv_heads", "head_dim", "intermediate", "max_positions")
 
 
 @pytest.mark.parametrize("field", SIZES)
@@ -46,8 +46,8 @@ def test_config_rejects_non_positive_sizes_naming_the_field(field, value):
 
 
 def test_config_rejects_bad_shapes():
-    with pytest.raises(ValueError, match=r"n_heads \(6\) must be a multiple of n_kv_heads \(4\)"):
-        LlamaConfig(n_heads=6, n_kv_heads=4)
+    with pytest.raises(ValueError, match=r"q_heads \(6\) must be a multiple of kv_heads \(4\)"):
+        LlamaConfig(q_heads=6, kv_heads=4)
     with pytest.raises(ValueError, match="head_dim must be even"):
         LlamaConfig(head_dim=7)
     with pytest.raises(ValueError, match="hidden must be a whole number"):
@@ -170,7 +170,7 @@ def test_cache_nbytes_is_lesson_01s_formula(dtype):
         assert cache.nbytes() == 2 * 6 * per_token
         model(ids(2, 1), cache)
     assert cache.nbytes() == 2 * 7 * per_token
-    assert per_token == 2 * TINY.n_layers * TINY.n_kv_heads * TINY.head_dim * cache.keys.element_size()
+    assert per_token == 2 * TINY.layers * TINY.kv_heads * TINY.head_dim * cache.keys.element_size()
 
 
 def test_cache_overflow_raises():
@@ -215,10 +215,10 @@ def test_keep_attention_matches_sdpa_and_weights_are_causal_distributions():
         expected = model(more, fused)
         close(model(more, explicit, keep_attention=True), expected)
         weights = model.attention_weights
-        assert len(weights) == TINY.n_layers
+        assert len(weights) == TINY.layers
         for w in weights:
-            assert w.shape == (2, TINY.n_heads, 3, 7)
-            close(w.sum(-1), torch.ones(2, TINY.n_heads, 3))
+            assert w.shape == (2, TINY.q_heads, 3, 7)
+            close(w.sum(-1), torch.ones(2, TINY.q_heads, 3))
             future = ~causal_mask(3, 7)
             assert torch.all(w[..., future] == 0)
             assert torch.all(w[..., ~future] > 0)
@@ -259,9 +259,9 @@ def test_rope_scores_depend_only_on_relative_position():
 # ---- errors ---------------------------------------------------------------------------------
 def test_generate_and_forward_reject_bad_input():
     model = make_model()
-    with pytest.raises(ValueError, match="exceeds max_positions"):
-        generate(model, ids(1, 30), 3)
-    generate(model, ids(1, 30), 2)  # exactly max_positions is fine
+    with pytest.raises(ValueError, match="33 positions exceed max_positions 32"):
+        generate(model, ids(1, 30), 4)
+    generate(model, ids(1, 30), 3)  # the last token made is never fed back: 32 positions, exactly max_positions
     with pytest.raises(ValueError, match="temperature"):
         generate(model, ids(1, 3), 2, temperature=-0.5)
     with pytest.raises(ValueError, match="prompt_ids"):
@@ -341,7 +341,7 @@ HF_SHAPE = dict(vocab_size=300, hidden_size=64, intermediate_size=160, num_hidde
 
 
 def ours_for(tied):
-    return LlamaConfig(vocab_size=300, n_layers=3, hidden=64, n_heads=8, n_kv_heads=2, head_dim=8, intermediate=160,
+    return LlamaConfig(vocab_size=300, layers=3, hidden=64, q_heads=8, kv_heads=2, head_dim=8, intermediate=160,
                        rope_theta=5000.0, max_positions=128, norm_eps=1e-6, tie_embeddings=tied)
 
 

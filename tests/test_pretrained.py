@@ -91,7 +91,7 @@ def test_missing_model_file_names_the_install_command(monkeypatch):
 def test_config_comes_from_the_file(smol):
     model, _ = smol
     c = model.config
-    assert (c.n_layers, c.hidden, c.n_heads, c.n_kv_heads, c.head_dim, c.intermediate, c.vocab_size) == (
+    assert (c.layers, c.hidden, c.q_heads, c.kv_heads, c.head_dim, c.intermediate, c.vocab_size) == (
         30, 576, 9, 3, 64, 1536, 49152)
     assert (c.rope_theta, c.max_positions, c.tie_embeddings) == (100000.0, 8192, True)
     assert c.norm_eps == 1e-5  # the float32 in the file, read as the decimal it was written from

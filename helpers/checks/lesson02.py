@@ -151,7 +151,7 @@ def _int8_cases(seed: int, n_random: int) -> list[np.ndarray]:
     return cases
 
 
-def int8_per_channel(quantize_fn, dequantize_fn, seed: int = 3, n_random: int = 20) -> None:
+def quantize_int8_per_channel(quantize_fn, dequantize_fn, seed: int = 3, n_random: int = 20) -> None:
     """Exercise 3: quantize_int8_per_channel(x) -> (q, scale) and dequantize_int8(q, scale) -> x'."""
     cases = [(x,) for x in _int8_cases(seed, n_random)]
     quantized = [quantize(x, "int8", "channel") for (x,) in cases]

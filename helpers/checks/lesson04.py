@@ -56,7 +56,7 @@ def _append_cases(seed: int, n_random: int) -> list[tuple]:
     return cases
 
 
-def cache_append(fn, seed: int = 1, n_random: int = 20) -> None:
+def append_to_cache(fn, seed: int = 1, n_random: int = 20) -> None:
     """Exercise 1: append new keys and values to a layer's cache."""
     check_function(fn, _append_reference, _append_cases(seed, n_random), name="append_to_cache",
                    params=("k_cache", "v_cache", "k_new", "v_new"), convert=_tensor_pair, compare=_same_tensors,
@@ -111,7 +111,7 @@ def attend_new(fn, seed: int = 2, n_random: int = 20) -> None:
 
 
 def _bytes_reference(config, batch, dtype):
-    return kv_bytes_per_token(config.n_layers, config.n_kv_heads, config.head_dim,
+    return kv_bytes_per_token(config.layers, config.kv_heads, config.head_dim,
                               torch.empty((), dtype=dtype).element_size()) * batch
 
 
@@ -119,11 +119,11 @@ def bytes_appended(fn, seed: int = 3, n_random: int = 20) -> None:
     """Exercise 3: bytes one decode step appends to the cache of a LlamaConfig model."""
     g = torch.Generator().manual_seed(seed)
     dtypes = [torch.float32, torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float64]
-    cases = [(LlamaConfig(), 1, torch.float32), (LlamaConfig(n_layers=32, hidden=4096, n_heads=32, n_kv_heads=8,
+    cases = [(LlamaConfig(), 1, torch.float32), (LlamaConfig(layers=32, hidden=4096, q_heads=32, kv_heads=8,
                                                               head_dim=128, intermediate=14336), 1, torch.bfloat16)]
     for _ in range(n_random):
         kv = int(torch.randint(1, 9, (1,), generator=g))
-        cases.append((LlamaConfig(n_layers=int(torch.randint(1, 64, (1,), generator=g)), n_heads=kv * 2, n_kv_heads=kv,
+        cases.append((LlamaConfig(layers=int(torch.randint(1, 64, (1,), generator=g)), q_heads=kv * 2, kv_heads=kv,
                                   head_dim=2 * int(torch.randint(8, 65, (1,), generator=g))),
                       int(torch.randint(1, 65, (1,), generator=g)), dtypes[int(torch.randint(0, 5, (1,), generator=g))]))
     def diagnose(args, expected, got):
@@ -131,13 +131,13 @@ def bytes_appended(fn, seed: int = 3, n_random: int = 20) -> None:
         size = torch.empty((), dtype=dtype).element_size()
         for factor, cause in ((8, "bits, not bytes (8 bits to a byte)"), (1 / size, "elements, not bytes: multiply by "
                               "the element size"), (1 / batch, "one sequence, not the batch"),
-                              (config.n_heads / config.n_kv_heads, "n_heads where the cache holds n_kv_heads (GQA)"),
+                              (config.q_heads / config.kv_heads, "q_heads where the cache holds kv_heads (GQA)"),
                               (1 / 2, "keys only: a value row is appended too"),
-                              (1 / config.n_layers, "one layer: every layer appends its own rows")):
+                              (1 / config.layers, "one layer: every layer appends its own rows")):
             if factor != 1 and got == expected * factor:
                 return f"the answer counts {cause}"
         return None
     check_function(fn, _bytes_reference, cases, name="bytes_appended", params=("config", "batch", "dtype"),
                    convert=as_int, diagnose=diagnose,
-                   hint="each layer appends one key row and one value row of n_kv_heads x head_dim elements per "
+                   hint="each layer appends one key row and one value row of kv_heads x head_dim elements per "
                         "sequence; an element's size is torch.empty((), dtype=dtype).element_size() (lesson 04, section 3).")

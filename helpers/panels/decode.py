@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from helpers.llama import KVCache, LlamaForCausalLM
+from helpers.llama import LlamaForCausalLM, decode_steps
 from helpers.panels.output import show_figure
 from helpers.text_data import decode as decode_bytes
 from helpers.units import format_bytes, positive_int
@@ -33,23 +33,16 @@ class DecodeStep:
     attention: np.ndarray  # (layers, heads, length): the step's last query over every cached position
 
 
-@torch.no_grad()
 def record_decode(model: LlamaForCausalLM, prompt_ids: torch.Tensor, new_tokens: int) -> list[DecodeStep]:
-    """Greedy generation with a cache, keeping what the panel shows. Step 0 is the prefill."""
+    """Greedy generation with a cache (``helpers.llama.decode_steps``), keeping what the panel
+    shows after each step. Step 0 is the prefill."""
     if prompt_ids.ndim != 2 or prompt_ids.shape[0] != 1:
         raise ValueError(f"prompt_ids must be (1, prompt), got shape {tuple(prompt_ids.shape)}")
-    new_tokens = positive_int("new_tokens", new_tokens)
-    cache = KVCache(model.config, batch=1, capacity=prompt_ids.shape[1] + new_tokens,
-                    dtype=next(model.parameters()).dtype, device=prompt_ids.device)
-    steps, step_input = [], prompt_ids
-    for _ in range(new_tokens):
-        logits = model(step_input, cache, keep_attention=True)
-        token = int(logits[0, -1].argmax())
+    c, steps = model.config, []
+    for ids, _, cache in decode_steps(model, prompt_ids, positive_int("new_tokens", new_tokens), keep_attention=True):
         rows = torch.stack([w[0, :, -1, :] for w in model.attention_weights]).float().cpu()  # (layers, heads, length)
-        c = model.config
-        steps.append(DecodeStep(token, cache.length, (1, c.n_kv_heads, cache.length, c.head_dim), cache.nbytes(),
-                                rows.numpy()))
-        step_input = torch.tensor([[token]], device=prompt_ids.device)
+        steps.append(DecodeStep(int(ids[0, -1]), cache.length, (1, c.kv_heads, cache.length, c.head_dim),
+                                cache.nbytes(), rows.numpy()))
     return steps
 
 
