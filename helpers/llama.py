@@ -165,6 +165,8 @@ def causal_mask(n_new: int, n_total: int, device=None) -> torch.Tensor:
 
 
 class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * weight over the last axis (hidden), computed in float32."""
+
     def __init__(self, size: int, eps: float):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(size))
@@ -176,6 +178,8 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
+    """Grouped-query self-attention with RoPE: q_heads query heads share kv_heads K/V heads."""
+
     def __init__(self, c: LlamaConfig):
         super().__init__()
         self.c = c
@@ -185,6 +189,9 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(c.q_heads * c.head_dim, c.hidden, bias=False)
 
     def forward(self, x, cos, sin, layer: int, cache: KVCache | None, keep_weights: bool = False):
+        """x (batch, new, hidden), cos and sin (new, head_dim) -> (output (batch, new, hidden), attention
+        weights (batch, q_heads, new, positions) or None). With a cache, the new keys and values are
+        appended to ``layer``'s and the queries attend over every position held."""
         c = self.c
         batch, n_new, _ = x.shape
         q = self.q_proj(x).view(batch, n_new, c.q_heads, c.head_dim).transpose(1, 2)
@@ -213,6 +220,8 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x)); (batch, seq, hidden) -> (batch, seq, hidden)."""
+
     def __init__(self, c: LlamaConfig):
         super().__init__()
         self.gate_proj = nn.Linear(c.hidden, c.intermediate, bias=False)
@@ -224,6 +233,8 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
+    """One block: RMSNorm, attention and a residual; RMSNorm, SwiGLU and a residual."""
+
     def __init__(self, c: LlamaConfig):
         super().__init__()
         self.input_layernorm = RMSNorm(c.hidden, c.norm_eps)
@@ -240,6 +251,9 @@ class DecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
+    """The Hugging Face layout's ``model``: token embedding, the decoder layers, a final RMSNorm
+    (``LlamaForCausalLM.forward`` runs them)."""
+
     def __init__(self, c: LlamaConfig):
         super().__init__()
         self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden)

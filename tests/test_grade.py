@@ -85,7 +85,7 @@ def _corpus(folder: Path) -> dict[str, tuple[list[float], list[str]]]:
                               "    return 2.0 * layers * kv_heads * head_dim * bytes_per_element")
     put("wrong_types", wrong_types)
     # sequence_cache_bytes and crossover_tokens call bytes_per_token, so its float spreads.
-    expected["wrong_types"] = ([0, 0, 2, 0], ["return an int", "return an int", "", "return an int"])
+    expected["wrong_types"] = ([0, 0, 2, 0], ["return it as an int", "return it as an int", "", "return it as an int"])
 
     edited = copy.deepcopy(EXERCISE)
     for cell in edited.cells:
@@ -231,7 +231,7 @@ def test_feedback_file_says_what_failed_and_why(graded):
     text = (out / "feedback" / "wrong_types.md").read_text()
     assert "Total: **2 / 8** points." in text
     assert "ex01_bytes_per_token_check: why it failed" in text
-    assert "returned a float (524288.0); return an int" in text
+    assert "returned a float (524288.0); expected an int. The value is right: return it as an int" in text
     assert "Hint:" in text
     assert "ex01_append_step_bytes_check: why it failed" not in text
     assert "Total: **8 / 8** points." in (out / "feedback" / "all_correct.md").read_text()
