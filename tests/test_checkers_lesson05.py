@@ -99,8 +99,8 @@ def test_decode_ceiling_forgets_the_batch():
 
 
 def test_decode_ceiling_reads_weights_once_per_sequence():
-    with pytest.raises(AssertionError, match="Likely cause: the weights are read once per step for the whole batch, "
-                                             "not once per sequence"):
+    with pytest.raises(AssertionError, match="Likely cause: that is one sequence's rate: either the batch is left out "
+                                             "everywhere, or the weights are counted once per sequence"):
         check.decode_ceiling(lambda bw, w, c, n, b: b * bw / (b * (w + n * c)))
 
 
@@ -203,3 +203,26 @@ def test_drop_tokens_that_changes_or_returns_the_given_lists_is_named():
 
     with pytest.raises(AssertionError, match="returned a list it was given, not a new one"):
         check.drop_tokens(same_objects)
+
+
+def test_drop_tokens_with_count_zero_gets_no_wrong_cause():
+    def empties(table, length, free, count, block_size):
+        if not 0 <= count <= length:
+            raise ValueError
+        if count == 0:
+            return [], length, list(free)  # table[:-0] is empty
+        return good_drop_tokens(table, length, free, count, block_size)
+
+    with pytest.raises(AssertionError) as info:
+        check.drop_tokens(empties)
+    assert "count=0" in str(info.value) and "the length goes down by count" not in str(info.value)
+
+
+def test_drop_tokens_returning_the_given_lists_when_nothing_is_dropped_is_named():
+    def same_when_zero(table, length, free, count, block_size):
+        if count == 0:
+            return table, length, free
+        return good_drop_tokens(table, length, free, count, block_size)
+
+    with pytest.raises(AssertionError, match=r"count=0, block_size=4\) returned a list it was given"):
+        check.drop_tokens(same_when_zero)

@@ -137,3 +137,29 @@ def test_unanswered_exercise_says_so():
     for checker in (check.window_mask, check.sinks_mask, check.heavy_mask, check.memory_ceiling, check.quality):
         with pytest.raises(NotImplementedError, match="not answered yet"):
             checker(blank)
+
+
+def test_sinks_with_one_sink_too_many_names_the_sinks_not_the_window():
+    def extra_sink(n, budget, sinks):
+        keep = np.arange(n) <= sinks  # positions 0 .. sinks: one too many
+        keep[max(sinks, n - (budget - sinks)):] = True
+        return keep
+
+    with pytest.raises(AssertionError) as info:
+        check.sinks_mask(extra_sink)
+    message = str(info.value)
+    assert "between the sinks and the window; the sinks are positions 0 .. sinks - 1" in message
+    assert "the window is budget - sinks long" not in message
+
+
+@pytest.mark.parametrize("scale", ["count", "percent"])
+def test_quality_agreement_as_a_count_or_percent_is_named(scale):
+    def wrong(policy_logits, full_logits, targets):
+        shifted = policy_logits - policy_logits.max(axis=1, keepdims=True)
+        log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        same = policy_logits.argmax(axis=1) == full_logits.argmax(axis=1)
+        return float(-log_probs[np.arange(len(targets)), targets].mean()), float(same.sum() if scale == "count"
+                                                                                 else 100 * same.mean())
+
+    with pytest.raises(AssertionError, match="agreement is a share between 0 and 1"):
+        check.quality(wrong)

@@ -61,7 +61,7 @@ def append_to_cache(fn, seed: int = 1, n_random: int = 20) -> None:
     check_function(fn, _append_reference, _append_cases(seed, n_random), name="append_to_cache",
                    params=("k_cache", "v_cache", "k_new", "v_new"), convert=_tensor_pair, compare=_same_tensors,
                    hint="tensors are (batch, kv_heads, seq, head_dim): concatenate along dim 2 (torch.cat), "
-                        "old rows first (lesson 04, section 3).")
+                        "old rows first (lesson 04: KVCache.append in section 2, the layout in section 3).")
 
 
 def _attend_reference(q, k, v):
@@ -103,6 +103,9 @@ def attend_new(fn, seed: int = 2, n_random: int = 20) -> None:
         if got.shape == expected.shape and torch.allclose(got, scores.softmax(-1) @ v, atol=1e-6):
             return ("the mask is aligned to the top-left (as is_causal=True does): new token i sits at position "
                     "n_total - n_new + i")
+        if got.shape == expected.shape and torch.allclose(got, _attend_reference(q * math.sqrt(q.shape[-1]), k, v),
+                                                          atol=1e-6):
+            return "the scores are not divided by sqrt(d)"
         return None
     check_function(fn, _attend_reference, _attend_cases(seed, n_random), name="attend_new", params=("q", "k", "v"),
                    convert=_tensor, compare=_close, diagnose=diagnose,
@@ -129,13 +132,16 @@ def bytes_appended(fn, seed: int = 3, n_random: int = 20) -> None:
     def diagnose(args, expected, got):
         config, batch, dtype = args
         size = torch.empty((), dtype=dtype).element_size()
-        for factor, cause in ((8, "bits, not bytes (8 bits to a byte)"), (1 / size, "elements, not bytes: multiply by "
-                              "the element size"), (1 / batch, "one sequence, not the batch"),
-                              (config.q_heads / config.kv_heads, "q_heads where the cache holds kv_heads (GQA)"),
-                              (1 / 2, "keys only: a value row is appended too"),
-                              (1 / config.layers, "one layer: every layer appends its own rows")):
-            if factor != 1 and got == expected * factor:
-                return f"the answer counts {cause}"
+        matches = [cause for factor, cause in (
+            (8, "bits, not bytes (8 bits to a byte)"), (1 / size, "elements, not bytes: multiply by the element size"),
+            (1 / batch, "one sequence, not the batch"),
+            (config.q_heads / config.kv_heads, "q_heads where the cache holds kv_heads (GQA)"),
+            (1 / 2, "keys only: a value row is appended too"),
+            (1 / config.layers, "one layer: every layer appends its own rows")) if factor != 1 and got == expected * factor]
+        if len(matches) == 1:
+            return f"the answer counts {matches[0]}"
+        if matches:  # two factors are equal in this case: name each possibility
+            return "the answer is off by a factor that fits more than one mistake: it counts " + ", or ".join(matches)
         return None
     check_function(fn, _bytes_reference, cases, name="bytes_appended", params=("config", "batch", "dtype"),
                    convert=as_int, diagnose=diagnose,

@@ -59,6 +59,11 @@ def sinks_mask(fn, seed: int = 2, n_random: int = 20) -> None:
     def diagnose(args, expected, got):
         n, budget, sinks = args
         if got.shape == (n,) and int(got.sum()) > min(n, budget):
+            window_start = max(sinks, n - (budget - sinks))
+            if got[sinks:window_start].any():
+                return (f"the mask keeps {int(got.sum())} tokens, more than the budget of {budget}: it keeps position "
+                        f"{sinks + int(np.argmax(got[sinks:window_start]))}, between the sinks and the window; the "
+                        "sinks are positions 0 .. sinks - 1")
             return f"the mask keeps {int(got.sum())} tokens, more than the budget of {budget}: the window is budget - sinks long"
         return None
     check_function(fn, lambda n, budget, sinks: sinks_keep(n, budget, sinks).numpy(), cases, name="sinks_mask", params=("n", "budget", "sinks"), convert=_mask,
@@ -166,6 +171,9 @@ def quality(fn, seed: int = 5, n_random: int = 20) -> None:
         if not all(math.isfinite(x) for x in got):
             return ("a result is inf or nan: exp of logits near 1000 overflows; subtract each row's maximum before "
                     "exponentiating (log-sum-exp), as lesson 03 does")
+        positions = len(args[2])
+        if expected[1] > 0 and got[1] in (expected[1] * positions, expected[1] * 100):
+            return "agreement is a share between 0 and 1 (matching positions / positions), not a count or a percent"
         return None
     check_function(fn, _quality_reference, _quality_cases(seed, n_random), name="quality", diagnose=diagnose,
                    params=("policy_logits", "full_logits", "targets"), convert=as_numbers(2, "numbers (loss, agreement)"),
