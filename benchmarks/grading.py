@@ -1,7 +1,8 @@
-"""Time the grader on lesson 01: one submission, then 50 on all cores.
+"""Time the grader on lesson 01: one submission, then 50 on all cores, with and without the sandbox.
 
 The 50 are a mix the grader meets in practice (complete, blank, half done), copied from the
-solution and exercise notebooks. Prints wall times measured in this one run.
+solution and exercise notebooks. Each measurement runs in both modes, interleaved, and the wall
+times are printed side by side from this one run (the sandbox needs bubblewrap).
 
     python -m benchmarks.grading
 """
@@ -43,16 +44,21 @@ def main() -> None:
         (one / "student.ipynb").write_text(kinds[0])
         for i in range(50):
             (many / f"student{i:02d}.ipynb").write_text(kinds[i % 3])
-        start = time.perf_counter()
-        grade.grade(one, Path(tmp, "out1"), lessons_wanted=["01"], progress=False)
-        single = time.perf_counter() - start
-        start = time.perf_counter()
-        rows = grade.grade(many, Path(tmp, "out50"), lessons_wanted=["01"], progress=False)
-        batch = time.perf_counter() - start
+        seconds = {}
+        for folder, count in ((one, 1), (many, 50)):
+            for isolate in (True, False):
+                options = grade.Options(isolate=isolate)
+                start = time.perf_counter()
+                rows = grade.grade(folder, Path(tmp, f"out{count}{isolate}"), lessons_wanted=["01"],
+                                   options=options, progress=False)
+                seconds[count, isolate] = time.perf_counter() - start
     cores = os.cpu_count()
-    print(f"one submission of lesson {LESSON}: {single:.1f} s")
-    print(f"50 submissions on {cores} cores: {batch:.1f} s ({batch / 50:.2f} s per submission, "
-          f"{50 * single / batch:.1f}x the one-at-a-time rate); {len(rows)} gradebook rows")
+    for count in (1, 50):
+        with_box, without = seconds[count, True], seconds[count, False]
+        print(f"{count:>2} submission{'s' if count > 1 else ' '} of lesson {LESSON} on {cores} cores: sandboxed "
+              f"{with_box:.1f} s ({with_box / count:.2f} s per notebook), not isolated {without:.1f} s "
+              f"({without / count:.2f} s per notebook); sandbox / plain = {with_box / without:.2f}")
+    print(f"{len(rows)} gradebook rows in the last run")
 
 
 if __name__ == "__main__":

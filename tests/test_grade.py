@@ -3,6 +3,7 @@
 import copy
 import csv
 import json
+import os
 import shutil
 from pathlib import Path
 from xml.etree import ElementTree as ET
@@ -10,9 +11,13 @@ from xml.etree import ElementTree as ET
 import nbformat
 import pytest
 
-from tools import grade
+from tools import grade, sandbox
 
 pytestmark = pytest.mark.slow
+
+_NO_SANDBOX = sandbox.unavailable()
+if _NO_SANDBOX and not os.environ.get("REQUIRE_SANDBOX"):
+    pytest.skip(f"the grader's sandbox cannot run here: {_NO_SANDBOX}", allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = "01_kv_cache_size"
@@ -169,7 +174,58 @@ def _corpus(folder: Path) -> dict[str, tuple[list[float], list[str]]]:
     missing.cells = [c for c in missing.cells if _gid(c) != "ex01_append_step_bytes"]
     put("missing_answer", missing)
     expected["missing_answer"] = ([2, 2, 0, 2], ["", "", "answer cell ex01_append_step_bytes is missing from the submission; not answered yet", ""])
+
+    # Hostile submissions. Each attack runs at the top of the last answer cell, before its (right)
+    # definition, so that the reason shows where the points are lost; the honest answers above stay.
+    for student, (attack, points, reason) in ATTACKS.items():
+        put(student, _set_answer(_answered(*ALL), "ex01_crossover_tokens",
+                                 attack + "\n" + _answer("ex01_crossover_tokens")))
+        expected[student] = (points, ["", "", "", reason] if points[3] == 0 else [""] * 4)
+    # The attack of the issue: patch the checker on disk so every check prints its success line, answer nothing.
+    put("patch_checker", _set_answer(copy.deepcopy(EXERCISE), "ex01_bytes_per_token", PATCH_CHECKER))
+    expected["patch_checker"] = ([0, 0, 0, 0], ["Read-only file system"] + ["not answered yet"] * 3)
     return expected
+
+
+def _answer(grade_id):
+    return next(c.source for c in SOLUTION.cells if _gid(c) == grade_id)
+
+
+PATCH_CHECKER = """import pathlib
+import helpers.checks.lesson01 as checks
+path = pathlib.Path(checks.__file__)
+path.write_text(path.read_text() + "\\ndef bytes_per_token(fn, *args, **kwargs):\\n    print('bytes_per_token: all 26 cases correct.')\\n")
+"""
+
+# student -> (code run at the top of the last answer cell, expected points, a fragment of its reason)
+ATTACKS = {
+    "kill_parent": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)", [2, 2, 2, 0],
+                    "killed the process running its kernel (killed by a signal)"),
+    "kill_everything": ("import os, signal\nos.kill(-1, signal.SIGKILL)", [2, 2, 2, 0], "killed"),
+    "kill_group": ("import os, signal\nos.killpg(os.getpgid(0), signal.SIGKILL)", [2, 2, 2, 0], "killed"),
+    "process_flood": ("import subprocess\nsleepers = [subprocess.Popen(['sleep', '600']) for _ in range(100)]",
+                      [2, 2, 2, 2], ""),
+    "memory_hog": ("hog = bytearray(8 * 1024**3)", [2, 2, 2, 0], "memory limit (4 GiB) exceeded"),
+    "network": ("import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=2)", [2, 2, 2, 0],
+                "network is not available while grading"),
+    "output_flood": ("for _ in range(60):\n    print('x' * 1_000_000)\nraise RuntimeError('flooded')", [2, 2, 2, 0],
+                     "(output over 10 MB truncated)"),
+    "write_outside": (f"open({str(ROOT / 'solutions' / 'planted.txt')!r}, 'w').write('x')", [2, 2, 2, 0],
+                      "Read-only file system"),
+    "sleep_at_import": ("import time\ntime.sleep(60)", [2, 2, 2, 0], f"{CELL_TIMEOUT:g} s time limit"),
+}
+
+
+def _release_digest() -> str:
+    """One hash over every file of the checkout a submission could try to change."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for folder in ("helpers", "solutions", "exercises", "tools", "notebooks"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -180,8 +236,11 @@ def graded(tmp_path_factory):
     shutil.copy(ROOT / "solutions" / f"{LESSON}.ipynb", release)
     (release / "02_other.ipynb").write_text(nbformat.writes(_other_lesson()))
     expected = _corpus(base / "submissions")
+    before = _release_digest()
     status = grade.main([str(base / "submissions"), "--out", str(base / "out"), "--lessons", "01",
                          "--cell-timeout", str(CELL_TIMEOUT), "--workers", "2", "--solutions", str(release)])
+    assert _release_digest() == before, "grading changed the checkout"
+    assert not (ROOT / "solutions" / "planted.txt").exists()
     return base / "out", expected, status
 
 
@@ -199,6 +258,7 @@ def test_the_whole_batch_grades_in_one_run(graded):
 @pytest.mark.parametrize("student", ["all_correct", "blank", "partly", "wrong_types", "edited_checks",
                                      "deleted_checks", "moved_cells", "added_cells", "monkeypatched",
                                      "swallowed_errors", "infinite_loop", "syntax_error", "kernel_crash",
+                                     *ATTACKS, "patch_checker",
                                      "invalid_json", "renamed", "other_lesson", "missing_answer"])
 def test_each_submission_gets_its_points_and_reason(graded, student):
     out, expected, _ = graded
@@ -283,10 +343,39 @@ def test_ci_recipe_grades_exercises_with_the_make_command():
 
     workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "grade-exercises.yml").read_text())
     steps = workflow["jobs"]["grade"]["steps"]
-    command = next(s["run"] for s in steps if "run" in s)
+    command = next(s["run"] for s in steps if "make grade" in s.get("run", ""))
+    assert any("bubblewrap" in s.get("run", "") for s in steps), "the recipe grades in the sandbox: it installs bwrap"
     assert command.startswith("make grade SUBMISSIONS=exercises OUT=grades")
     report = next(s for s in steps if "junit" in s.get("uses", ""))
     assert report["with"]["report_paths"] == "grades/junit.xml"
     dry = subprocess.run(["make", "-n", "grade", "SUBMISSIONS=exercises", "OUT=grades", "STUDENT=me"],
                          cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert 'tools.grade "exercises" --out "grades"' in dry and '--student "me"' in dry
+
+
+def test_grading_refuses_when_the_sandbox_cannot_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sandbox, "unavailable", lambda: "bubblewrap (bwrap) is not installed: install it")
+    (tmp_path / "ann.ipynb").write_text(nbformat.writes(EXERCISE))
+    assert grade.main([str(tmp_path / "ann.ipynb"), "--out", str(tmp_path / "out")]) == 2
+    assert "grading could not run: bubblewrap (bwrap) is not installed" in capsys.readouterr().err
+
+
+def test_no_sandbox_grades_says_so_and_saves_as_it_goes(tmp_path, capsys):
+    (tmp_path / "subs").mkdir()
+    (tmp_path / "subs" / "ann.ipynb").write_text(nbformat.writes(SOLUTION))
+    assert grade.main([str(tmp_path / "subs"), "--out", str(tmp_path / "out"), "--lessons", "01", "--no-sandbox"]) == 0
+    out = capsys.readouterr().out
+    assert "ann: 8 / 8 points" in out and "NOT ISOLATED (--no-sandbox)" in out
+    saved = [json.loads(line) for line in (tmp_path / "out" / "progress.jsonl").read_text().splitlines()]
+    assert [(s["student"], s["lesson"], len(s["rows"])) for s in saved] == [("ann", LESSON, 4)]
+
+
+def test_loose_notebooks_of_different_lessons_look_like_one_student(tmp_path, capsys):
+    (tmp_path / "subs").mkdir()
+    for name in ("01_kv_cache_size", "05_memory_bound_decode"):
+        shutil.copy(ROOT / "exercises" / f"{name}.ipynb", tmp_path / "subs")
+    assert grade.main([str(tmp_path / "subs"), "--out", str(tmp_path / "out"), "--lessons", "01,05"]) == 0
+    assert "looks like one student's work" in capsys.readouterr().err
+    assert grade.main([str(tmp_path / "subs"), "--out", str(tmp_path / "out2"), "--lessons", "01,05",
+                       "--student", "ann"]) == 0
+    assert "looks like one student's work" not in capsys.readouterr().err

@@ -2,6 +2,8 @@
 
     python -m tools.grade SUBMISSIONS --out DIR [--lessons 01] [--student NAME]
                           [--cell-timeout 30] [--notebook-timeout 300] [--workers N] [--fail-under PCT]
+                          [--no-sandbox] [--memory-gib 4] [--cpu-seconds 600] [--processes 256]
+                          [--file-mb 100] [--output-mb 10]
 
 SUBMISSIONS is one notebook, a folder of notebooks (one student each, named by the file), or
 a folder of student folders (named by the folder). With --student, every notebook found
@@ -15,16 +17,22 @@ For every notebook:
    by grade_id; cells the student added stay where they were (after the same release cell).
 3. Each check cell first drops every imported ``helpers`` module and re-runs the lesson's
    import cell, so patches the student made to checkers or references are gone.
-4. It runs in its own kernel with a per-cell and a per-notebook time limit. A cell that runs
-   too long or kills its kernel is recorded, and the notebook is run again without it.
+4. It runs in its own kernel with a per-cell and a per-notebook time limit, inside a bubblewrap
+   sandbox (``tools/sandbox.py``: read-only file system with a pristine copy of helpers, a
+   private temp folder, no network, its own PID namespace, resource limits), driven by
+   ``tools/grade_run.py`` in a subprocess. A cell that runs too long, kills its kernel or kills
+   that subprocess is recorded, and the notebook is run again without it; nothing a submission
+   does reaches this process or another student's notebook.
 
 Written to DIR: grades.csv and grades.json (student, lesson, exercise, points, max_points,
 reason), junit.xml, and feedback/<student>.md. The exit status is 0 whenever grading ran,
 whatever the scores; 2 when it could not run; 1 with --fail-under when a student's total is
 below that percentage.
 
-Student code runs with your permissions (nothing here is a sandbox): grade submissions you do
-not trust inside a container or a throwaway machine.
+Where bubblewrap cannot run, grading stops (exit 2) with the reason, unless --no-sandbox is
+given: then student code runs with your permissions, each notebook still with a pristine copy of
+helpers, and the output says so. Results are appended to DIR/progress.jsonl as each notebook
+finishes.
 """
 
 from __future__ import annotations
@@ -34,20 +42,23 @@ import csv
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import nbformat
-from nbclient import NotebookClient
-from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from tqdm import tqdm
 
+from tools import sandbox
 from tools.exercises import SOLUTIONS, generate
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # Run at the top of every check cell: forget every helpers module the student's code could
 # have patched; the lesson's own import cell (appended after this) then imports them afresh.
@@ -182,15 +193,19 @@ class Run:
     replies: dict[int, dict] = field(default_factory=dict)  # cell index -> execute_reply content
     stopped: dict[int, str] = field(default_factory=dict)  # cell index -> why it was cut off
     not_run_from: int | None = None  # the notebook time limit stopped the run here
+    truncated: set[int] = field(default_factory=set)  # cells whose output went over the limit
 
 
-def run(nb, cell_timeout: float, notebook_timeout: float) -> Run:
-    """Execute ``nb`` (in place) in fresh kernels until every code cell ran, failed or was cut off."""
+def run(nb, options: Options, release: Release) -> Run:
+    """Execute ``nb`` in fresh kernels (each attempt in its own sandbox, unless ``options.isolate``
+    is off) until every code cell ran, failed or was cut off. A cell that runs too long, kills its
+    kernel or kills the process running the kernel is recorded, and the notebook runs again
+    without it."""
     result = Run()
-    deadline = time.monotonic() + notebook_timeout
+    deadline = time.monotonic() + options.notebook_timeout
     while True:
         result.replies = {}
-        failure = _run_once(nb, result, cell_timeout, deadline)
+        failure = _run_once(nb, result, options, release, deadline)
         if failure is None:
             return result
         index, why = failure
@@ -200,30 +215,47 @@ def run(nb, cell_timeout: float, notebook_timeout: float) -> Run:
         result.stopped[index] = why  # run again from a fresh kernel without that cell
 
 
-def _run_once(nb, result: Run, cell_timeout: float, deadline: float) -> tuple[int, str] | None:
-    def remember(cell, cell_index, execute_reply):
-        result.replies[cell_index] = execute_reply["content"]
-
-    def time_left(cell):
-        return max(1, min(cell_timeout, deadline - time.monotonic()))
-
-    with tempfile.TemporaryDirectory(prefix="grade-") as workdir:
-        client = NotebookClient(nb, kernel_name="python3", allow_errors=True, timeout_func=time_left,
-                                shutdown_kernel="immediate", on_cell_executed=remember,
-                                resources={"metadata": {"path": workdir}})
-        with client.setup_kernel():
-            for index, cell in enumerate(nb.cells):
-                if cell.cell_type != "code" or index in result.stopped:
-                    continue
-                if time.monotonic() >= deadline:
-                    return index, "notebook"
-                try:
-                    client.execute_cell(cell, index)
-                except CellTimeoutError:
-                    return index, "notebook" if time.monotonic() >= deadline else "timeout"
-                except DeadKernelError:
-                    return index, "dead"
-    return None
+def _run_once(nb, result: Run, options: Options, release: Release, deadline: float) -> tuple[int, str] | None:
+    """One kernel: returns (cell index, why) when a cell stopped the run, else None."""
+    with tempfile.TemporaryDirectory(prefix="grade-") as folder:
+        workdir = Path(folder)
+        job = {"notebook": nbformat.writes(nb), "skip": sorted(result.stopped), "cell_timeout": options.cell_timeout,
+               "seconds_left": max(1.0, deadline - time.monotonic()), "output_bytes": options.limits.output_bytes}
+        (workdir / "job.json").write_text(json.dumps(job))
+        argv = [sys.executable, "-m", "tools.grade_run", str(workdir)]
+        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+        if options.isolate:
+            argv = sandbox.command(argv, workdir, release.helpers, ROOT / "helpers")
+            env["PYTHONPATH"] = str(ROOT)  # the runner (tools/) and, mounted over ROOT/helpers, the pristine helpers
+        else:  # no isolation: still a pristine copy of helpers, first on the path
+            shutil.copytree(release.helpers, workdir / "helpers", copy_function=shutil.copyfile)
+            for path in [workdir / "helpers", *(workdir / "helpers").rglob("*")]:
+                path.chmod(0o755 if path.is_dir() else 0o644)
+            env["PYTHONPATH"] = os.pathsep.join([str(workdir), str(ROOT)])
+        try:
+            subprocess.run(argv, cwd=ROOT if options.isolate else workdir, env=env, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                           preexec_fn=options.limits.apply, timeout=max(1.0, deadline - time.monotonic()) + 60)
+        except subprocess.TimeoutExpired:
+            pass  # the runner stopped answering: what it wrote so far says where
+        started = None
+        for line in (workdir / "progress.jsonl").read_text(encoding="utf-8").splitlines() \
+                if (workdir / "progress.jsonl").exists() else []:
+            event = json.loads(line)
+            if "start" in event:
+                started = event["start"]
+            elif "reply" in event:
+                result.replies[event["reply"]] = event
+                if event.get("truncated"):
+                    result.truncated.add(event["reply"])
+                started = None
+            elif "failure" in event:
+                return event["failure"], event["why"]
+            elif event.get("done"):
+                return None
+    if started is None:  # it died before its first cell, or between cells: nothing to blame
+        raise RuntimeError("the grading process stopped before it reported a cell (is the environment complete?)")
+    return started, "killed"  # the cell running when the grading process died took it down
 
 
 # ---- grading -----------------------------------------------------------------------------
@@ -243,6 +275,25 @@ class Options:
     cell_timeout: float = 30.0
     notebook_timeout: float = 300.0
     solutions: Path = SOLUTIONS
+    isolate: bool = True  # each notebook in a bubblewrap sandbox
+    limits: sandbox.Limits = sandbox.Limits()
+
+
+@dataclass(frozen=True)
+class Release:
+    """The pristine copy of the course's helpers every notebook is graded against."""
+
+    helpers: Path
+
+
+def copy_release(folder: Path) -> Release:
+    """Copy the checkout's helpers (without caches) into ``folder``, read-only."""
+    target = folder / "helpers"
+    shutil.copytree(ROOT / "helpers", target, ignore=shutil.ignore_patterns("__pycache__"))
+    for path in sorted(target.rglob("*"), reverse=True):
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    target.chmod(0o555)
+    return Release(target)
 
 
 def _first_line(text: str) -> str:
@@ -253,10 +304,15 @@ def _cell_problem(run_result: Run, index: int, options: Options) -> tuple[str, s
     """What went wrong in the cell at ``index``, as (short, full) phrases that follow a subject
     ("raised NameError: ...", "ran past ...", "killed the kernel ..."); None when it ran cleanly."""
     if index in run_result.stopped:
-        if run_result.stopped[index] == "timeout":
+        why = run_result.stopped[index]
+        if why == "timeout":
             text = f"ran past the {options.cell_timeout:g} s time limit (an endless loop?)"
+        elif why == "killed":
+            text = "killed the process running its kernel (killed by a signal)"
         else:
-            text = "killed the kernel (os._exit, a crash, or out of memory)"
+            text = "killed the kernel (os._exit, a crash, killed by a signal, or out of memory)"
+        if index in run_result.truncated:
+            text += f"; its output over {options.limits.output_bytes / sandbox.MB:g} MB was truncated"
         return text, text
     if run_result.not_run_from is not None and index >= run_result.not_run_from:
         text = f"was not run: the notebook ran past its {options.notebook_timeout:g} s time limit"
@@ -265,9 +321,16 @@ def _cell_problem(run_result: Run, index: int, options: Options) -> tuple[str, s
     if reply is None:
         return "was not run", "was not run"
     if reply.get("status") != "ok":
-        name = reply.get("ename", "an error")
+        name = reply.get("ename") or "an error"
         value = re.sub(r"\(\d+\.py, line (\d+)\)", r"(line \1)", str(reply.get("evalue", "")))  # IPython's temp file
-        return f"raised {name}: {_first_line(value)}", f"raised {name}: {value}"
+        note = ""
+        if name == "MemoryError":
+            note = f" (memory limit ({options.limits.memory_bytes / sandbox.GIB:g} GiB) exceeded)"
+        elif "Network is unreachable" in value or "Temporary failure in name resolution" in value:
+            note = " (network is not available while grading)"
+        if index in run_result.truncated:
+            note += f" (output over {options.limits.output_bytes / sandbox.MB:g} MB truncated)"
+        return f"raised {name}: {_first_line(value)}{note}", f"raised {name}: {value}{note}"
     return None
 
 
@@ -277,7 +340,7 @@ def _check_reason(phrase: str) -> str:
     return phrase.removeprefix("raised ") if phrase.startswith("raised ") else f"the check {phrase}"
 
 
-def grade_notebook(student: str, path: Path, lessons: dict[str, Lesson], options: Options) -> dict:
+def grade_notebook(student: str, path: Path, lessons: dict[str, Lesson], options: Options, release: Release) -> dict:
     """Grade one submitted file. Returns {'student', 'path', 'lesson', 'rows', 'note'}."""
     outcome = {"student": student, "path": str(path), "lesson": None, "rows": [], "note": ""}
     try:
@@ -291,7 +354,7 @@ def grade_notebook(student: str, path: Path, lessons: dict[str, Lesson], options
         return outcome
     outcome["lesson"] = lesson.name
     nb, missing = rebuild(lesson, submission)
-    result = run(nb, options.cell_timeout, options.notebook_timeout)
+    result = run(nb, options, release)
     index_of = {_nbgrader(c).get("grade_id"): i for i, c in enumerate(nb.cells) if _nbgrader(c).get("grade_id")}
     for check in lesson.checks:
         reasons, details = [], []
@@ -313,9 +376,9 @@ def grade_notebook(student: str, path: Path, lessons: dict[str, Lesson], options
     return outcome
 
 
-def _safe_grade(student: str, path: Path, lessons: dict[str, Lesson], options: Options) -> dict:
+def _safe_grade(student: str, path: Path, lessons: dict[str, Lesson], options: Options, release: Release) -> dict:
     try:
-        return grade_notebook(student, path, lessons, options)
+        return grade_notebook(student, path, lessons, options, release)
     except Exception as error:  # a failure of the grader on this file must not stop the batch
         return {"student": student, "path": str(path), "lesson": None, "rows": [],
                 "note": f"{path.name} could not be graded ({type(error).__name__}: {_first_line(str(error))})"}
@@ -336,6 +399,18 @@ def find_submissions(path: Path, student: str | None = None) -> list[tuple[str, 
     for folder in sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith(".")):
         found += [(folder.name, p) for p in notebooks(folder)]
     return found
+
+
+def looks_like_one_student(submissions: Path, student: str | None, rows: list[Row]) -> bool:
+    """True for a folder of loose notebooks, two or more, each graded as a different lesson."""
+    if student or not submissions.is_dir() or any(p.is_dir() for p in submissions.iterdir() if not p.name.startswith(".")):
+        return False
+    lesson_of = {}
+    for row in rows:
+        if row.points or "no notebook of lesson" not in row.reason:
+            lesson_of.setdefault(row.student, set()).add(row.lesson)
+    graded = [next(iter(v)) for v in lesson_of.values() if len(v) == 1]
+    return len(graded) >= 2 and len(set(graded)) == len(graded)
 
 
 def assemble(outcomes: list[dict], students: list[str], lessons: dict[str, Lesson], wanted: list[str]) -> list[Row]:
@@ -421,6 +496,11 @@ def _file_name(student: str) -> str:
 
 
 # ---- command line --------------------------------------------------------------------------
+class SandboxUnavailable(RuntimeError):
+    """The sandbox cannot run here and --no-sandbox was not given."""
+
+
+
 def grade(submissions: Path, out: Path, *, lessons_wanted: list[str] | None = None, student: str | None = None,
           options: Options = Options(), workers: int | None = None, progress: bool = True) -> list[Row]:
     """Grade everything under ``submissions`` and write the reports to ``out``; returns the rows."""
@@ -430,12 +510,25 @@ def grade(submissions: Path, out: Path, *, lessons_wanted: list[str] | None = No
     wanted = _wanted_lessons(lessons_wanted, lessons)
     found = find_submissions(submissions, student)
     students = list(dict.fromkeys(s for s, _ in found))
+    if options.isolate and (why := sandbox.unavailable()):
+        raise SandboxUnavailable(why)
+    out.mkdir(parents=True, exist_ok=True)
     outcomes = []
-    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        futures = [pool.submit(_safe_grade, s, p, lessons, options) for s, p in found]
+    # Each notebook runs in its own subprocess (in its own sandbox): threads only wait for them,
+    # and whatever a submission kills, it is that notebook's subprocess, never this process.
+    with tempfile.TemporaryDirectory(prefix="release-") as folder, \
+            open(out / "progress.jsonl", "w", encoding="utf-8") as saved, \
+            ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        release = copy_release(Path(folder))
+        futures = [pool.submit(_safe_grade, s, p, lessons, options, release) for s, p in found]
         for future in tqdm(as_completed(futures), total=len(futures), desc="grading", unit="notebook",
                            disable=not progress, file=sys.stderr):
             outcomes.append(future.result())
+            saved.write(json.dumps(outcomes[-1]) + "\n")  # an interrupted run keeps what it graded
+            saved.flush()
+        for path in sorted(Path(folder).rglob("*"), reverse=True):  # let the temporary folder go
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        Path(folder, "helpers").chmod(0o755)
     rows = assemble(outcomes, students, lessons, wanted)
     write_reports(rows, out)
     return rows
@@ -464,13 +557,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=None, help="parallel kernels (default: one per core)")
     parser.add_argument("--fail-under", type=float, default=None,
                         help="exit 1 when a student's total is below this percentage (for a student's CI)")
+    parser.add_argument("--no-sandbox", action="store_true",
+                        help="grade without bubblewrap: student code then runs with your permissions")
+    defaults = sandbox.Limits()
+    parser.add_argument("--memory-gib", type=float, default=defaults.memory_bytes / sandbox.GIB,
+                        help="address space per sandboxed process (default 4)")
+    parser.add_argument("--cpu-seconds", type=int, default=defaults.cpu_seconds, help="CPU time per notebook run (default 600)")
+    parser.add_argument("--processes", type=int, default=defaults.processes, help="processes per user (default 256)")
+    parser.add_argument("--file-mb", type=float, default=defaults.file_bytes / sandbox.MB,
+                        help="largest file a submission may write, MB (default 100)")
+    parser.add_argument("--output-mb", type=float, default=defaults.output_bytes / sandbox.MB,
+                        help="output kept per cell, MB (default 10)")
     parser.add_argument("--solutions", type=Path, default=SOLUTIONS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    limits = sandbox.Limits(int(args.memory_gib * sandbox.GIB), args.cpu_seconds, args.processes,
+                            int(args.file_mb * sandbox.MB), int(args.output_mb * sandbox.MB))
+    options = Options(args.cell_timeout, args.notebook_timeout, args.solutions, not args.no_sandbox, limits)
     try:
         rows = grade(args.submissions, args.out, lessons_wanted=[x.strip() for x in args.lessons.split(",") if x.strip()],
-                     student=args.student, workers=args.workers,
-                     options=Options(args.cell_timeout, args.notebook_timeout, args.solutions))
-    except (FileNotFoundError, ValueError) as error:
+                     student=args.student, workers=args.workers, options=options)
+    except (FileNotFoundError, ValueError, SandboxUnavailable) as error:
         print(f"grading could not run: {error}", file=sys.stderr)
         return 2
     totals: dict[str, list[float]] = {}
@@ -481,6 +587,13 @@ def main(argv: list[str] | None = None) -> int:
     for student, (got, best) in totals.items():
         print(f"{student}: {got:g} / {best:g} points")
     print(f"wrote {args.out / 'grades.csv'}, grades.json, junit.xml and feedback/ ({len(totals)} students)")
+    print(f"each notebook ran in a sandbox (bubblewrap; {limits.describe()})" if options.isolate else
+          "NOT ISOLATED (--no-sandbox): student code ran with your permissions; each notebook had a pristine copy "
+          "of helpers")
+    if looks_like_one_student(args.submissions, args.student, rows):
+        print(f"note: every notebook in {args.submissions} belongs to a different lesson, which looks like one "
+              "student's work graded as several students; if so, pass --student NAME (STUDENT=NAME with make)",
+              file=sys.stderr)
     if args.fail_under is not None:
         below = [s for s, (got, best) in totals.items() if best and 100 * got / best < args.fail_under]
         if below:
