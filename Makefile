@@ -77,7 +77,7 @@ notebooks: $(VENV)/.installed
 	$(BIN)/python -m tools.execute $(NOTEBOOKS)
 
 # make grade SUBMISSIONS=path [OUT=grades] [LESSONS=01] [STUDENT=name] [FAIL_UNDER=80]
-#            [MEMORY_GIB=4] [CPU_SECONDS=600] [PROCESSES=256] [FILE_MB=100] [OUTPUT_MB=10] [NO_SANDBOX=1]
+#            [MEMORY_GIB=4] [CPU_SECONDS=600] [PROCESSES=2048] [FILE_MB=100] [OUTPUT_MB=10] [NO_SANDBOX=1]
 # Every notebook is graded in a bubblewrap sandbox, installed here when missing and allowed (root).
 OUT ?= grades
 grade: $(VENV)/.instructor

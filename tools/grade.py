@@ -563,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-gib", type=float, default=defaults.memory_bytes / sandbox.GIB,
                         help="address space per sandboxed process (default 4)")
     parser.add_argument("--cpu-seconds", type=int, default=defaults.cpu_seconds, help="CPU time per notebook run (default 600)")
-    parser.add_argument("--processes", type=int, default=defaults.processes, help="processes per user (default 256)")
+    parser.add_argument("--processes", type=int, default=defaults.processes, help="processes per user, counted by Linux over all your processes (default 2048; root is exempt)")
     parser.add_argument("--file-mb", type=float, default=defaults.file_bytes / sandbox.MB,
                         help="largest file a submission may write, MB (default 100)")
     parser.add_argument("--output-mb", type=float, default=defaults.output_bytes / sandbox.MB,

@@ -27,7 +27,7 @@ class Limits:
 
     memory_bytes: int = 4 * GIB
     cpu_seconds: int = 600
-    processes: int = 256
+    processes: int = 2048  # Linux counts every process of the user (root is exempt)
     file_bytes: int = 100 * MB
     output_bytes: int = 10 * MB  # per cell, what the grader keeps of a cell's output
 
