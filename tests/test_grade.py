@@ -213,6 +213,8 @@ ATTACKS = {
     "write_outside": (f"open({str(ROOT / 'solutions' / 'planted.txt')!r}, 'w').write('x')", [2, 2, 2, 0],
                       "Read-only file system"),
     "sleep_at_import": ("import time\ntime.sleep(60)", [2, 2, 2, 0], f"{CELL_TIMEOUT:g} s time limit"),
+    "remount": ("import subprocess\nsubprocess.run(['mount', '-o', 'remount,rw,bind', '/'])\n"
+                f"open({str(ROOT / 'helpers' / 'planted.py')!r}, 'w').write('x')", [2, 2, 2, 0], "Read-only file system"),
 }
 
 
@@ -240,7 +242,7 @@ def graded(tmp_path_factory):
     status = grade.main([str(base / "submissions"), "--out", str(base / "out"), "--lessons", "01",
                          "--cell-timeout", str(CELL_TIMEOUT), "--workers", "2", "--solutions", str(release)])
     assert _release_digest() == before, "grading changed the checkout"
-    assert not (ROOT / "solutions" / "planted.txt").exists()
+    assert not (ROOT / "solutions" / "planted.txt").exists() and not (ROOT / "helpers" / "planted.py").exists()
     return base / "out", expected, status
 
 

@@ -220,7 +220,7 @@ def _run_once(nb, result: Run, options: Options, release: Release, deadline: flo
     with tempfile.TemporaryDirectory(prefix="grade-") as folder:
         workdir = Path(folder)
         job = {"notebook": nbformat.writes(nb), "skip": sorted(result.stopped), "cell_timeout": options.cell_timeout,
-               "seconds_left": max(1.0, deadline - time.monotonic()), "output_bytes": options.limits.output_bytes}
+               "seconds_left": max(1.0, deadline - time.monotonic()), "limits": asdict(options.limits)}
         (workdir / "job.json").write_text(json.dumps(job))
         argv = [sys.executable, "-m", "tools.grade_run", str(workdir)]
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
@@ -235,7 +235,7 @@ def _run_once(nb, result: Run, options: Options, release: Release, deadline: flo
         try:
             subprocess.run(argv, cwd=ROOT if options.isolate else workdir, env=env, stdin=subprocess.DEVNULL,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                           preexec_fn=options.limits.apply, timeout=max(1.0, deadline - time.monotonic()) + 60)
+                           timeout=max(1.0, deadline - time.monotonic()) + 60)
         except subprocess.TimeoutExpired:
             pass  # the runner stopped answering: what it wrote so far says where
         started = None

@@ -3,7 +3,8 @@
     python -m tools.grade_run WORKDIR
 
 Reads ``WORKDIR/job.json`` ({"notebook", "skip": [cell indexes], "cell_timeout", "seconds_left",
-"output_bytes"}) and appends one JSON line per event to ``WORKDIR/progress.jsonl`` as it goes:
+"limits": the fields of ``tools.sandbox.Limits``}), sets those limits on itself (the kernel it
+starts inherits them), and appends one JSON line per event to ``WORKDIR/progress.jsonl`` as it goes:
 {"start": i} before cell i runs, {"reply": i, "status", "ename", "evalue", "truncated"} after it,
 and last {"failure": i, "why": "timeout" | "dead" | "notebook"} or {"done": true}. The grader
 reads the lines even when this process is killed half-way: the last cell started and not
@@ -20,6 +21,8 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+from tools.sandbox import Limits
 
 
 class CappedClient(NotebookClient):
@@ -39,6 +42,8 @@ class CappedClient(NotebookClient):
 
 def main(workdir: Path) -> int:
     job = json.loads((workdir / "job.json").read_text())
+    limits = Limits(**job["limits"])
+    limits.apply()
     nb = nbformat.reads(job["notebook"], as_version=4)
     skip = set(job["skip"])
     deadline = time.monotonic() + job["seconds_left"]
@@ -58,7 +63,7 @@ def main(workdir: Path) -> int:
     client = CappedClient(nb, kernel_name="python3", allow_errors=True, timeout_func=time_left,
                           shutdown_kernel="immediate", on_cell_executed=remember,
                           resources={"metadata": {"path": str(workdir)}})
-    client.output_bytes, client.truncated, client._kept = job["output_bytes"], set(), {}
+    client.output_bytes, client.truncated, client._kept = limits.output_bytes, set(), {}
     with client.setup_kernel():
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code" or index in skip:

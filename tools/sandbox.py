@@ -4,7 +4,8 @@ Inside it, the whole file system is read-only, the course's ``helpers`` are a pr
 release mounted over the checkout's, and the only writable places are a private temp folder (the
 working directory) and an empty ``/tmp``. It has its own network namespace (a loopback and
 nothing else), its own PID namespace (a kill reaches only the sandbox's own processes) and its own
-session, and it dies with the grader. Limits apply to every process in it: address space, CPU
+session, and it dies with the grader; it holds no capabilities, so even a grader run as root
+cannot be remounted from inside. Limits apply to every process in it: address space, CPU
 time, file size, process count (not enforced for root; the PID namespace and the time limits
 bound a flood then), and the grader caps each cell's output.
 """
@@ -36,7 +37,7 @@ class Limits:
                 f"files {self.file_bytes / MB:g} MB, output {self.output_bytes / MB:g} MB per cell")
 
     def apply(self) -> None:
-        """Set the limits on the calling process (run in the child before it execs the sandbox)."""
+        """Set the limits on the calling process and what it starts (``tools.grade_run`` does, first)."""
         for limit, value in ((resource.RLIMIT_AS, self.memory_bytes), (resource.RLIMIT_CPU, self.cpu_seconds),
                              (resource.RLIMIT_NPROC, self.processes), (resource.RLIMIT_FSIZE, self.file_bytes)):
             resource.setrlimit(limit, (value, value))
@@ -68,4 +69,6 @@ def command(argv: list[str], workdir: Path, helpers_copy: Path, helpers_target: 
     return ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
             "--bind", str(workdir), str(workdir), "--ro-bind", str(helpers_copy), str(helpers_target),
             "--chdir", str(workdir), "--setenv", "HOME", str(workdir), "--setenv", "MPLCONFIGDIR", str(workdir),
-            "--unshare-net", "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--new-session", *argv]
+            "--unshare-net", "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--new-session",
+            "--cap-drop", "ALL",  # run as root, the sandbox could otherwise remount / read-write
+            *argv]
