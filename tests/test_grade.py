@@ -184,6 +184,9 @@ def _corpus(folder: Path) -> dict[str, tuple[list[float], list[str]]]:
     # The attack of the issue: patch the checker on disk so every check prints its success line, answer nothing.
     put("patch_checker", _set_answer(copy.deepcopy(EXERCISE), "ex01_bytes_per_token", PATCH_CHECKER))
     expected["patch_checker"] = ([0, 0, 0, 0], ["Read-only file system"] + ["not answered yet"] * 3)
+    # Forge the runner's report: write "every cell ok, done" into its event pipe through /proc, then kill it.
+    put("forged_pipe", _set_answer(copy.deepcopy(EXERCISE), "ex01_bytes_per_token", FORGE_PIPE))
+    expected["forged_pipe"] = ([0, 0, 0, 0], ["killed the process running its kernel"] + ["not answered yet"] * 3)
     return expected
 
 
@@ -195,6 +198,19 @@ PATCH_CHECKER = """import pathlib
 import helpers.checks.lesson01 as checks
 path = pathlib.Path(checks.__file__)
 path.write_text(path.read_text() + "\\ndef bytes_per_token(fn, *args, **kwargs):\\n    print('bytes_per_token: all 26 cases correct.')\\n")
+"""
+
+FORGE_PIPE = """import json, os
+parent = os.getppid()
+for fd in os.listdir(f"/proc/{parent}/fd"):
+    try:
+        if os.readlink(f"/proc/{parent}/fd/{fd}").startswith("pipe:"):
+            with open(f"/proc/{parent}/fd/{fd}", "w") as pipe:
+                pipe.write("".join(json.dumps({"reply": i, "status": "ok"}) + "\\n" for i in range(100)))
+                pipe.write(json.dumps({"done": True}) + "\\n")
+    except OSError as error:
+        print(error)
+os.kill(parent, 9)
 """
 
 # student -> (code run at the top of the last answer cell, expected points, a fragment of its reason)
@@ -213,6 +229,9 @@ ATTACKS = {
     "write_outside": (f"open({str(ROOT / 'solutions' / 'planted.txt')!r}, 'w').write('x')", [2, 2, 2, 0],
                       "Read-only file system"),
     "sleep_at_import": ("import time\ntime.sleep(60)", [2, 2, 2, 0], f"{CELL_TIMEOUT:g} s time limit"),
+    "forged_events": ("import json, os, signal\nfor name in ('progress.jsonl', 'events.jsonl'):\n"
+                      "    open(name, 'a').write(json.dumps({'done': True}) + '\\n')\nos.kill(os.getppid(), signal.SIGKILL)",
+                      [2, 2, 2, 0], "killed the process running its kernel"),
     "remount": ("import subprocess\nsubprocess.run(['mount', '-o', 'remount,rw,bind', '/'])\n"
                 f"open({str(ROOT / 'helpers' / 'planted.py')!r}, 'w').write('x')", [2, 2, 2, 0], "Read-only file system"),
 }
@@ -260,7 +279,7 @@ def test_the_whole_batch_grades_in_one_run(graded):
 @pytest.mark.parametrize("student", ["all_correct", "blank", "partly", "wrong_types", "edited_checks",
                                      "deleted_checks", "moved_cells", "added_cells", "monkeypatched",
                                      "swallowed_errors", "infinite_loop", "syntax_error", "kernel_crash",
-                                     *ATTACKS, "patch_checker",
+                                     *ATTACKS, "patch_checker", "forged_pipe",
                                      "invalid_json", "renamed", "other_lesson", "missing_answer"])
 def test_each_submission_gets_its_points_and_reason(graded, student):
     out, expected, _ = graded

@@ -46,6 +46,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
@@ -222,7 +223,8 @@ def _run_once(nb, result: Run, options: Options, release: Release, deadline: flo
         job = {"notebook": nbformat.writes(nb), "skip": sorted(result.stopped), "cell_timeout": options.cell_timeout,
                "seconds_left": max(1.0, deadline - time.monotonic()), "limits": asdict(options.limits)}
         (workdir / "job.json").write_text(json.dumps(job))
-        argv = [sys.executable, "-m", "tools.grade_run", str(workdir)]
+        read_end, write_end = os.pipe()  # the runner's events: a pipe the kernel does not inherit
+        argv = [sys.executable, "-m", "tools.grade_run", str(workdir), str(write_end)]
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
         if options.isolate:
             argv = sandbox.command(argv, workdir, release.helpers, ROOT / "helpers")
@@ -232,15 +234,21 @@ def _run_once(nb, result: Run, options: Options, release: Release, deadline: flo
             for path in [workdir / "helpers", *(workdir / "helpers").rglob("*")]:
                 path.chmod(0o755 if path.is_dir() else 0o644)
             env["PYTHONPATH"] = os.pathsep.join([str(workdir), str(ROOT)])
+        process = subprocess.Popen(argv, cwd=ROOT if options.isolate else workdir, env=env, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                   pass_fds=(write_end,))
+        os.close(write_end)
+        received: list[bytes] = []
+        reader = threading.Thread(target=lambda: received.append(os.fdopen(read_end, "rb").read()), daemon=True)
+        reader.start()
         try:
-            subprocess.run(argv, cwd=ROOT if options.isolate else workdir, env=env, stdin=subprocess.DEVNULL,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                           timeout=max(1.0, deadline - time.monotonic()) + 60)
-        except subprocess.TimeoutExpired:
-            pass  # the runner stopped answering: what it wrote so far says where
+            process.wait(timeout=max(1.0, deadline - time.monotonic()) + 60)
+        except subprocess.TimeoutExpired:  # the runner stopped answering: what it wrote so far says where
+            process.kill()
+            process.wait()
+        reader.join(30)
         started = None
-        for line in (workdir / "progress.jsonl").read_text(encoding="utf-8").splitlines() \
-                if (workdir / "progress.jsonl").exists() else []:
+        for line in b"".join(received).decode("utf-8", "replace").splitlines():
             event = json.loads(line)
             if "start" in event:
                 started = event["start"]

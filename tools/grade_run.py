@@ -1,10 +1,11 @@
 """One kernel's run of a rebuilt notebook, as the grader starts it (in the sandbox, or not).
 
-    python -m tools.grade_run WORKDIR
+    python -m tools.grade_run WORKDIR EVENTS_FD
 
 Reads ``WORKDIR/job.json`` ({"notebook", "skip": [cell indexes], "cell_timeout", "seconds_left",
 "limits": the fields of ``tools.sandbox.Limits``}), sets those limits on itself (the kernel it
-starts inherits them), and appends one JSON line per event to ``WORKDIR/progress.jsonl`` as it goes:
+starts inherits them), and writes one JSON line per event to the pipe EVENTS_FD as it goes (a
+pipe the kernel does not inherit, not a file in the folder the student's code may write in):
 {"start": i} before cell i runs, {"reply": i, "status", "ename", "evalue", "truncated"} after it,
 and last {"failure": i, "why": "timeout" | "dead" | "notebook"} or {"done": true}. The grader
 reads the lines even when this process is killed half-way: the last cell started and not
@@ -13,7 +14,9 @@ finished is the one that killed it.
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -40,14 +43,26 @@ class CappedClient(NotebookClient):
         return super().output(outs, msg, display_id, cell_index)
 
 
-def main(workdir: Path) -> int:
+def _not_dumpable() -> None:
+    """Make this process's /proc entries (its open pipe among them) off limits to the kernel it
+    starts: same user, but without CAP_SYS_PTRACE (the sandbox drops it) a process may not open
+    another's /proc/PID/fd once that one is not dumpable. Linux only; elsewhere nothing happens."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4, value 0
+    except (OSError, AttributeError):
+        pass
+
+
+def main(workdir: Path, events_fd: int) -> int:
     job = json.loads((workdir / "job.json").read_text())
     limits = Limits(**job["limits"])
     limits.apply()
     nb = nbformat.reads(job["notebook"], as_version=4)
     skip = set(job["skip"])
     deadline = time.monotonic() + job["seconds_left"]
-    progress = open(workdir / "progress.jsonl", "a", buffering=1, encoding="utf-8")
+    os.set_inheritable(events_fd, False)  # the kernel this process starts must not get the pipe
+    _not_dumpable()
+    progress = os.fdopen(events_fd, "w", buffering=1, encoding="utf-8")
 
     def write(event: dict) -> None:
         progress.write(json.dumps(event) + "\n")
@@ -85,4 +100,4 @@ def main(workdir: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1])))
+    sys.exit(main(Path(sys.argv[1]), int(sys.argv[2])))
