@@ -1,8 +1,8 @@
 """The sandbox a submitted notebook is graded in: bubblewrap (``bwrap``) and resource limits.
 
 Inside it, the whole file system is read-only, the course's ``helpers`` are a pristine copy of the
-release mounted over the checkout's, and the only writable places are a private temp folder (the
-working directory) and an empty ``/tmp``. It has its own network namespace (a loopback and
+release mounted over the checkout's, and the only writable place is a private temp folder (the
+working directory, also HOME and TMPDIR). It has its own network namespace (a loopback and
 nothing else), its own PID namespace (a kill reaches only the sandbox's own processes) and its own
 session, and it dies with the grader; it holds no capabilities, so even a grader run as root
 cannot be remounted from inside. Limits apply to every process in it: address space, CPU
@@ -66,9 +66,12 @@ def unavailable() -> str | None:
 def command(argv: list[str], workdir: Path, helpers_copy: Path, helpers_target: Path) -> list[str]:
     """``argv`` wrapped in bwrap: ``workdir`` is the writable working directory (mounted at the same
     path), ``helpers_copy`` is mounted read-only over ``helpers_target`` (the checkout's helpers)."""
-    return ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+    # No tmpfs over /tmp: the checkout and its .venv may well live there. /tmp stays read-only like
+    # the rest, and TMPDIR points at the private folder.
+    return ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
             "--bind", str(workdir), str(workdir), "--ro-bind", str(helpers_copy), str(helpers_target),
             "--chdir", str(workdir), "--setenv", "HOME", str(workdir), "--setenv", "MPLCONFIGDIR", str(workdir),
+            "--setenv", "TMPDIR", str(workdir),
             "--unshare-net", "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--new-session",
             "--cap-drop", "ALL",  # run as root, the sandbox could otherwise remount / read-write
             *argv]
