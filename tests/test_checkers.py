@@ -342,3 +342,14 @@ def test_a_wrong_float_gets_no_advice_to_make_it_an_int():
                                    tokens * batch * 2 * layers * kv_heads * head_dim * bpe / 1024**3)  # GiB
     message = _message(info)
     assert "returned a float (64.0); expected an int" in message and "The value is right" not in message
+
+
+@pytest.mark.parametrize("wrong, cause", [
+    (lambda layers, kv_heads, head_dim, bpe, batch: (kv_heads * head_dim * bpe * batch,
+                                                    layers * kv_heads * head_dim * bpe * batch), "the factor 2"),
+    (lambda layers, kv_heads, head_dim, bpe, batch: (2 * kv_heads * head_dim * bpe,
+                                                    2 * layers * kv_heads * head_dim * bpe), "multiply by batch"),
+])
+def test_append_step_bytes_names_a_missing_factor(wrong, cause):
+    with pytest.raises(AssertionError, match=f"Likely cause: .*{cause}"):
+        lesson01.append_step_bytes(wrong)

@@ -138,3 +138,11 @@ def test_int8_wrong_rounding_is_named(rounding, named):
 def test_int8_swapped_pair_is_named():
     with pytest.raises(AssertionError, match=r"order looks swapped; return \(q, scale\)"):
         check.quantize_int8_per_channel(lambda x: good_quantize(x)[::-1], good_dequantize)
+
+
+def test_longest_context_for_one_sequence_is_named():
+    def one_sequence(budget, weights, layers, kv_heads, head_dim, bpe, batch):
+        return max(0, (budget - weights) // (2 * layers * kv_heads * head_dim * bpe))
+
+    with pytest.raises(AssertionError, match="Likely cause: that is the length for one sequence"):
+        check.longest_context(one_sequence)

@@ -162,3 +162,12 @@ def test_a_check_of_an_unanswered_exercise_shows_only_its_message():
     with pytest.raises(NotImplementedError) as info:
         check.online_update(blank)
     assert info.value._render_traceback_() == [str(info.value)]
+
+
+def test_traffic_with_floor_block_size_is_named():
+    def floor_blocks(n, d, sram):
+        b_c = max(1, sram // (4 * d))
+        return standard_traffic(n, d), flash_traffic(n, d, min(b_c, d), b_c)
+
+    with pytest.raises(AssertionError, match=r"Likely cause: B_c = ceil\(M / 4d\)"):
+        check.hbm_traffic(floor_blocks)

@@ -29,9 +29,12 @@ from tools.sandbox import Limits
 
 
 class CappedClient(NotebookClient):
-    """A NotebookClient that keeps at most ``output_bytes`` of each cell's output."""
+    """A NotebookClient that keeps at most ``output_bytes`` of each cell's output; ``truncated``
+    lists the cells that had more."""
 
-    output_bytes = 10 * 1000**2
+    def __init__(self, nb, output_bytes: int, **kwargs):
+        super().__init__(nb, **kwargs)
+        self.output_bytes, self.truncated, self._kept = output_bytes, set(), {}
 
     def output(self, outs, msg, display_id, cell_index):
         kept = self._kept.setdefault(cell_index, 0)
@@ -75,10 +78,9 @@ def main(workdir: Path, events_fd: int) -> int:
     def time_left(cell):
         return max(1, min(job["cell_timeout"], deadline - time.monotonic()))
 
-    client = CappedClient(nb, kernel_name="python3", allow_errors=True, timeout_func=time_left,
+    client = CappedClient(nb, limits.output_bytes, kernel_name="python3", allow_errors=True, timeout_func=time_left,
                           shutdown_kernel="immediate", on_cell_executed=remember,
                           resources={"metadata": {"path": str(workdir)}})
-    client.output_bytes, client.truncated, client._kept = limits.output_bytes, set(), {}
     with client.setup_kernel():
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code" or index in skip:

@@ -75,6 +75,11 @@ def append_step_bytes(fn, seed: int = 3, n_random: int = 20) -> None:
     def diagnose(args, expected, got):
         if got == expected[::-1]:
             return "the pair is in the wrong order: (per layer, all layers)"
+        batch = args[-1]
+        if batch > 1 and got == (expected[0] // batch, expected[1] // batch):
+            return "every sequence of the batch appends its own rows: multiply by batch"
+        if got == (expected[0] // 2, expected[1] // 2):
+            return "a step appends a value row as well as a key row: the factor 2"
         return None
     check_function(fn, ref.append_bytes, cases, name="append_step_bytes", params=SHAPE + ("batch",),
                    convert=as_int_pair, diagnose=diagnose,

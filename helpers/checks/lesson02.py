@@ -183,6 +183,9 @@ def longest_context(fn, seed: int = 4, n_random: int = 20) -> None:
             return "when the weights alone exceed the budget, nothing fits: return 0"
         if got == expected + 1:
             return "one token too many: the cache at that length no longer fits"
+        budget, weights, *shape, batch = args
+        if batch > 1 and expected > 0 and got == _fit_reference(budget, weights, *shape, 1):
+            return "that is the length for one sequence: every sequence of the batch needs its own cache"
         return None
     check_function(fn, _fit_reference, cases, name="longest_context",
                    params=("budget_bytes", "weight_bytes", "layers", "kv_heads", "head_dim", "bytes_per_element", "batch"),

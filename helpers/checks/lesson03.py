@@ -168,6 +168,9 @@ def hbm_traffic(fn, seed: int = 4, n_random: int = 20) -> None:
         if got[0] != expected[0]:
             return "standard attention: read Q, K; write S; read S; write P; read P, V; write O"
         b_r, b_c = flash_blocks(m, d)
+        floor_c = m // (4 * d)
+        if floor_c >= 1 and floor_c != b_c and got[1] == flash_traffic(n, d, min(floor_c, d), floor_c):
+            return f"B_c = ceil(M / 4d) = {b_c}: rounding down gives {floor_c}, smaller blocks and more passes"
         if got[1] == expected[1] - n * (d + 2):
             return "count the first write of O, l and m to HBM"
         passes = math.ceil(n / b_c)
