@@ -2,7 +2,7 @@
 
     python -m tools.grade SUBMISSIONS --out DIR [--lessons 01] [--student NAME]
                           [--cell-timeout 30] [--notebook-timeout 300] [--workers N] [--fail-under PCT]
-                          [--no-sandbox] [--memory-gib 4] [--cpu-seconds 600] [--processes 256]
+                          [--no-sandbox] [--memory-gib 4] [--cpu-seconds 600] [--processes 2048]
                           [--file-mb 100] [--output-mb 10]
 
 SUBMISSIONS is one notebook, a folder of notebooks (one student each, named by the file), or
@@ -230,9 +230,7 @@ def _run_once(nb, result: Run, options: Options, release: Release, deadline: flo
             argv = sandbox.command(argv, workdir, release.helpers, ROOT / "helpers")
             env["PYTHONPATH"] = str(ROOT)  # the runner (tools/) and, mounted over ROOT/helpers, the pristine helpers
         else:  # no isolation: still a pristine copy of helpers, first on the path
-            shutil.copytree(release.helpers, workdir / "helpers", copy_function=shutil.copyfile)
-            for path in [workdir / "helpers", *(workdir / "helpers").rglob("*")]:
-                path.chmod(0o755 if path.is_dir() else 0o644)
+            shutil.copytree(release.helpers, workdir / "helpers")
             env["PYTHONPATH"] = os.pathsep.join([str(workdir), str(ROOT)])
         process = subprocess.Popen(argv, cwd=ROOT if options.isolate else workdir, env=env, stdin=subprocess.DEVNULL,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
@@ -295,12 +293,9 @@ class Release:
 
 
 def copy_release(folder: Path) -> Release:
-    """Copy the checkout's helpers (without caches) into ``folder``, read-only."""
+    """Copy the checkout's helpers (without caches) into ``folder``; the sandbox mounts it read-only."""
     target = folder / "helpers"
     shutil.copytree(ROOT / "helpers", target, ignore=shutil.ignore_patterns("__pycache__"))
-    for path in sorted(target.rglob("*"), reverse=True):
-        path.chmod(0o555 if path.is_dir() else 0o444)
-    target.chmod(0o555)
     return Release(target)
 
 
@@ -508,7 +503,6 @@ class SandboxUnavailable(RuntimeError):
     """The sandbox cannot run here and --no-sandbox was not given."""
 
 
-
 def grade(submissions: Path, out: Path, *, lessons_wanted: list[str] | None = None, student: str | None = None,
           options: Options = Options(), workers: int | None = None, progress: bool = True) -> list[Row]:
     """Grade everything under ``submissions`` and write the reports to ``out``; returns the rows."""
@@ -534,9 +528,6 @@ def grade(submissions: Path, out: Path, *, lessons_wanted: list[str] | None = No
             outcomes.append(future.result())
             saved.write(json.dumps(outcomes[-1]) + "\n")  # an interrupted run keeps what it graded
             saved.flush()
-        for path in sorted(Path(folder).rglob("*"), reverse=True):  # let the temporary folder go
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        Path(folder, "helpers").chmod(0o755)
     rows = assemble(outcomes, students, lessons, wanted)
     write_reports(rows, out)
     return rows
