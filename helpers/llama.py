@@ -74,12 +74,13 @@ class KVCache:
     Storage for ``capacity`` positions is allocated once; ``append`` writes the new rows after the
     ones already held and returns views of everything held so far.
 
-    The cache protocol, all the model calls on a cache during a forward pass: ``position`` (the first
-    new token's absolute position, for RoPE); per layer, ``append(layer, k, v)`` and then
-    ``score_bias(layer, rows)``; once at the end, ``advance(attention)``, with every layer's
-    attention weights when ``needs_attention`` is set. A plain cache adds no bias and needs no
-    weights; lesson 06's caches (``helpers.eviction``, ``helpers.layer_sharing``) override these to
-    evict, merge or share rows.
+    The cache protocol, all the model calls on a cache during a forward pass: ``new_positions(new)``
+    (the new tokens' absolute positions, for RoPE); per layer, ``append(layer, k, v)``, then
+    ``mask(new, rows)`` and ``score_bias(layer, rows)``; once at the end, ``advance(attention)``,
+    with every layer's attention weights when ``needs_attention`` is set. A plain cache adds no
+    bias and needs no weights; lesson 06's caches (``helpers.eviction``, ``helpers.layer_sharing``)
+    override these to evict, merge or share rows, and lesson 07's engine (``helpers.engine``) to
+    run several sequences of different lengths in one pass.
     """
 
     def __init__(self, config: LlamaConfig, batch: int = 1, capacity: int | None = None,
@@ -109,6 +110,15 @@ class KVCache:
         return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
 
     needs_attention = False  # a cache whose eviction policy scores tokens by attention sets this
+
+    def new_positions(self, new: int) -> torch.Tensor:
+        """Absolute positions (new,) of the pass's new tokens: ``position`` onwards."""
+        return torch.arange(self.position, self.position + new, device=self.keys.device)
+
+    def mask(self, new: int, rows: int) -> torch.Tensor:
+        """Which of the ``rows`` held keys each new query may see, boolean (new, rows): the causal
+        mask aligned to the end (the new tokens are the last ``new`` rows)."""
+        return causal_mask(new, rows, self.keys.device)
 
     def score_bias(self, layer: int, rows: int) -> torch.Tensor | None:
         """An additive bias for ``layer``'s attention scores over the ``rows`` cached keys (None: no
@@ -201,7 +211,8 @@ class Attention(nn.Module):
         if cache is not None:
             k, v = cache.append(layer, k, v)  # now every position so far
         group = c.q_heads // c.kv_heads  # query head h reads K/V head h // group
-        mask = causal_mask(n_new, k.shape[2], x.device)  # offset to the absolute positions
+        # which keys each query sees: causal, offset to the absolute positions (the cache may say more)
+        mask = cache.mask(n_new, k.shape[2]) if cache is not None else causal_mask(n_new, n_new, x.device)
         bias = cache.score_bias(layer, k.shape[2]) if cache is not None else None  # added to the scores, or None
         if keep_weights:  # spelled out, to hand back the weights
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (batch, heads, seq, head_dim)
@@ -280,11 +291,10 @@ class LlamaForCausalLM(nn.Module):
         c = self.config
         if input_ids.ndim != 2:
             raise ValueError(f"input_ids must be (batch, seq), got shape {tuple(input_ids.shape)}")
-        start = cache.position if cache is not None else 0
         n_new = input_ids.shape[1]
-        if start + n_new > c.max_positions:
-            raise ValueError(f"positions {start}..{start + n_new - 1} exceed max_positions {c.max_positions}")
-        positions = torch.arange(start, start + n_new, device=input_ids.device)
+        positions = cache.new_positions(n_new) if cache is not None else torch.arange(n_new)
+        if int(positions.max()) >= c.max_positions:
+            raise ValueError(f"positions {int(positions.min())}..{int(positions.max())} exceed max_positions {c.max_positions}")
         cos, sin = rope_cos_sin(c.head_dim, positions, c.rope_theta)
         cos, sin = cos.to(input_ids.device), sin.to(input_ids.device)
         h = self.model.embed_tokens(input_ids)
