@@ -94,6 +94,7 @@ benchmark: $(VENV)/.test
 	$(BIN)/python -m benchmarks.widget_redraw
 	$(BIN)/python -m benchmarks.grading
 	$(BIN)/python -m benchmarks.kv_quant_errors
+	$(BIN)/python -m benchmarks.serving
 	$(BIN)/python -m benchmarks.decode_speed
 
 clean:
