@@ -168,18 +168,23 @@ class PagedBatch:
 
 @dataclass
 class StepRecord:
-    """What one step did: the scheduled (rid, tokens fed) pairs, the tokens produced, blocks in use
-    (and free ones still holding a cached prefix), prompt tokens the prefix cache served to requests
-    admitted in this step, requests preempted, and the step's wall-clock seconds."""
+    """What one step did: the scheduled (rid, tokens fed) pairs, the rids that got a token, blocks in
+    use after it (and free ones still holding a cached prefix), the requests admitted in it with the
+    tokens the prefix cache served each (rid, tokens), the requests preempted, its wall-clock seconds."""
 
     step: int
     fed: list[tuple[str, int]]
     produced: list[str]
     blocks_used: int
     blocks_cached_free: int
-    cache_hit_tokens: int
+    admitted: list[tuple[str, int]]
     preempted: list[str]
     seconds: float
+
+    @property
+    def cache_hit_tokens(self) -> int:
+        """Tokens the prefix cache served to the requests admitted in this step."""
+        return sum(cached for _, cached in self.admitted)
 
 
 class Engine:
@@ -230,12 +235,12 @@ class Engine:
         return list(requests)
 
     # ---- scheduling ----------------------------------------------------------------------------
-    def schedule(self) -> tuple[list[tuple[Request, int]], list[Request], int]:
-        """Choose this step's work: returns ([(request, tokens to feed)], preempted, prompt tokens
-        served from the prefix cache). Running requests first, oldest first, each fed its next chunk
+    def schedule(self) -> tuple[list[tuple[Request, int]], list[Request], list[tuple[str, int]]]:
+        """Choose this step's work: returns ([(request, tokens to feed)], preempted, [(rid admitted,
+        tokens the prefix cache served it)]). Running requests first, oldest first, each fed its next chunk
         (blocks for it are taken here; if none are left, the newest running request is preempted);
         then waiting requests in order, while the batch, the token budget and the free blocks allow."""
-        budget, plan, preempted, hit_tokens = self.token_budget, [], [], 0
+        budget, plan, preempted, admitted = self.token_budget, [], [], []
         for request in list(self.running):
             if budget == 0:
                 break
@@ -253,7 +258,7 @@ class Engine:
                 plan.append((request, n))
                 budget -= n
         if self.policy == "static" and (self.running or preempted):
-            return plan, preempted, hit_tokens  # a static batch admits no one until it has wholly finished
+            return plan, preempted, admitted  # a static batch admits no one until it has wholly finished
         while self.waiting and budget > 0 and len(self.running) < self.max_batch:
             request = self.waiting[0]
             hits = self.blocks.lookup(request.tokens, (len(request.tokens) - 1) // self.blocks.block_size) \
@@ -270,11 +275,11 @@ class Engine:
             request.computed = cached
             request.looked_up += len(request.tokens)
             request.cached_tokens += cached
-            hit_tokens += cached
+            admitted.append((request.rid, cached))
             self.running.append(request)
             plan.append((request, n))
             budget -= n
-        return plan, preempted, hit_tokens
+        return plan, preempted, admitted
 
     def _can_grow(self, request: Request, n: int) -> bool:
         table = self.blocks.tables[request.rid]
@@ -298,7 +303,7 @@ class Engine:
             self.pending.remove(request)
             request.arrival_time = self.clock
             self.waiting.append(request)
-        plan, preempted, hit_tokens = self.schedule()
+        plan, preempted, admitted = self.schedule()
         if not plan:
             if self.waiting and not self.running:
                 raise RuntimeError(f"request {self.waiting[0].rid!r} cannot be admitted: not enough free blocks")
@@ -329,7 +334,7 @@ class Engine:
                 self.blocks.free_sequence(request.rid)
                 self.finished.append(request)
         record = StepRecord(self.step_index, [(r.rid, n) for r, n in plan], produced, self.blocks.used_blocks,
-                            self.blocks.evictable(), hit_tokens, [r.rid for r in preempted], seconds)
+                            self.blocks.evictable(), admitted, [r.rid for r in preempted], seconds)
         self.timeline.append(record)
         self.step_index += 1
         return record
