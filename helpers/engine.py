@@ -237,28 +237,32 @@ class Engine:
     # ---- scheduling ----------------------------------------------------------------------------
     def schedule(self) -> tuple[list[tuple[Request, int]], list[Request], list[tuple[str, int]]]:
         """Choose this step's work: returns ([(request, tokens to feed)], preempted, [(rid admitted,
-        tokens the prefix cache served it)]). Running requests first, oldest first, each fed its next chunk
-        (blocks for it are taken here; if none are left, the newest running request is preempted);
-        then waiting requests in order, while the batch, the token budget and the free blocks allow."""
+        tokens the prefix cache served it)]). Running requests first: those decoding (one token to
+        feed) before those part-way through a prompt, each group oldest first, each fed its next
+        chunk (blocks for it are taken here; if none are left, the newest running request not yet
+        planned is preempted); then waiting requests in order, while the batch, the token budget and
+        the free blocks allow."""
         budget, plan, preempted, admitted = self.token_budget, [], [], []
-        for request in list(self.running):
+        for request in sorted(self.running, key=lambda r: r.pending > 1):  # decoding first; sorted() keeps the order within
             if budget == 0:
                 break
-            if request not in self.running:  # preempted for an older request's block
+            if request not in self.running:  # preempted for another request's block
                 continue
             n = min(request.pending, budget)
             while not self._can_grow(request, n):
-                victim = self.running[-1]
+                planned = {r.rid for r, _ in plan}
+                victim = next(r for r in reversed(self.running) if r.rid not in planned)  # at worst, itself
                 self._preempt(victim)
                 preempted.append(victim)
                 if victim is request:
                     break
-            else:
+            else:  # (runs when the loop ends without break: the blocks are there)
                 self.blocks.append(request.rid, n)
                 plan.append((request, n))
                 budget -= n
-        if self.policy == "static" and (self.running or preempted):
-            return plan, preempted, admitted  # a static batch admits no one until it has wholly finished
+        if preempted or (self.policy == "static" and self.running):
+            # no one joins in a step that had to preempt (blocks are short), nor a static batch until it has finished
+            return plan, preempted, admitted
         while self.waiting and budget > 0 and len(self.running) < self.max_batch:
             request = self.waiting[0]
             hits = self.blocks.lookup(request.tokens, (len(request.tokens) - 1) // self.blocks.block_size) \

@@ -9,13 +9,15 @@ from helpers.prefix_cache import block_hash
 
 def schedule_step(running, waiting, token_budget, max_batch):
     plan, budget = [], token_budget
-    for name, pending in running:
+    decoding = [r for r in running if r[1] == 1]  # one token to feed: their next token comes out
+    prompts = [r for r in running if r[1] > 1]  # part-way through a prompt
+    for name, pending in decoding + prompts:
         if budget == 0:
             break
         n = min(pending, budget)
         plan.append((name, n))
         budget -= n
-    batch = len(running)
+    batch = len(running)  # every running request holds a place in the batch
     for name, pending in waiting:
         if budget == 0 or batch == max_batch:
             break
@@ -24,6 +26,7 @@ def schedule_step(running, waiting, token_budget, max_batch):
         budget -= n
         batch += 1
     return plan
+
 
 def cached_prefix(tokens, block_size, cache):
     found, key = [], None
@@ -54,8 +57,8 @@ def test_right_answers_pass_with_one_deterministic_line(capsys):
     check.schedule_step(schedule_step)
     check.cached_prefix(cached_prefix)
     check.admit(admit)
-    assert capsys.readouterr().out.splitlines() == ["schedule_step: all 37 cases correct.",
-                                                    "cached_prefix: all 37 cases correct.",
+    assert capsys.readouterr().out.splitlines() == ["schedule_step: all 39 cases correct.",
+                                                    "cached_prefix: all 38 cases correct.",
                                                     "admit: all 37 cases correct."]
 
 
@@ -81,14 +84,27 @@ def over_budget(running, waiting, token_budget, max_batch):
     return [(name, n) for name, n in running] + [(name, n) for name, n in waiting][:max_batch - len(running)]
 
 
-def skipped_running_not_counted(running, waiting, token_budget, max_batch):
+def running_in_order(running, waiting, token_budget, max_batch):
+    plan, budget = [], token_budget
+    for name, pending in running:  # the decoding ones not first
+        if budget == 0:
+            break
+        plan.append((name, min(pending, budget)))
+        budget -= plan[-1][1]
+    return plan + schedule_step([], waiting, budget, max_batch - len(running)) if budget else plan
+
+
+def running_not_counted(running, waiting, token_budget, max_batch):
     fed = schedule_step(running, [], token_budget, max_batch)
-    return fed + schedule_step([], waiting, token_budget - sum(n for _, n in fed), max_batch - len(fed))[:]
+    left = token_budget - sum(n for _, n in fed)
+    return fed + (schedule_step([], waiting, left, max_batch) if left else [])
 
 
 @pytest.mark.parametrize("wrong, cause", [
     (waiting_first, "running requests come first"),
     (over_budget, "more than the budget"),
+    (running_in_order, "decoding requests .1 token to feed. come first"),
+    (running_not_counted, "every running request holds a place"),
 ])
 def test_schedule_mistakes_are_named(wrong, cause):
     with pytest.raises(AssertionError, match=cause):
@@ -107,54 +123,65 @@ def test_a_request_with_no_budget_left_in_the_plan_is_named():
 def test_lookup_mistakes_are_named():
     def no_limit(tokens, block_size, cache):
         return cached_prefix(tokens + [0] * block_size, block_size, cache)  # looks at every full block
-    with pytest.raises(AssertionError, match=r"\(len\(tokens\) - 1\) // block_size"):
+    with pytest.raises(AssertionError, match=r"\(len\(tokens\) - 1\) // block_size blocks"):
         check.cached_prefix(no_limit)
 
-    def unchained(tokens, block_size, cache):
-        found = []
-        for start in range(0, (len(tokens) - 1) // block_size * block_size, block_size):
-            key = block_hash(None, tokens[start:start + block_size])
-            if key not in cache:
+    def walk(tokens, block_size, cache, limit, chained=True, stop=True):
+        found, key = [], None
+        for start in range(0, max(limit, 0) * block_size, block_size):
+            key = block_hash(key if chained else None, tokens[start:start + block_size])
+            if key in cache:
+                found.append(cache[key])
+            elif stop:
                 break
-            found.append(cache[key])
         return found
-    with pytest.raises(AssertionError, match="previous block's key"):
-        check.cached_prefix(unchained)
+    mistakes = {
+        "previous block's key": lambda t, b, c: walk(t, b, c, (len(t) - 1) // b, chained=False),
+        "stop at the first block that is not in the cache": lambda t, b, c: walk(t, b, c, (len(t) - 1) // b, stop=False),
+        "one block short": lambda t, b, c: walk(t, b, c, (len(t) - 1) // b - 1),
+    }
+    for cause, wrong in mistakes.items():
+        with pytest.raises(AssertionError, match=cause):
+            check.cached_prefix(wrong)
 
 
-def test_admit_mistakes_are_named():
-    def overtakes(waiting, free_blocks, block_size, token_budget, slots):
+def test_lookup_messages_show_short_keys():
+    with pytest.raises(AssertionError) as failed:
+        check.cached_prefix(lambda tokens, block_size, cache: [])
+    assert "…'" in str(failed.value) and len(str(failed.value).splitlines()[0]) < 400
+
+
+def _admit_variant(blocks_of, stop=True, spend=True, use_slots=True):
+    def wrong(waiting, free_blocks, block_size, token_budget, slots):
         plan, budget = [], token_budget
         for name, tokens in waiting:
             n = min(tokens, budget)
-            need = -(-n // block_size)
-            if budget and len(plan) < slots and need <= free_blocks:
-                plan.append((name, n))
-                budget, free_blocks = budget - n, free_blocks - need
-        return plan
-    with pytest.raises(AssertionError, match="first come, first served"):
-        check.admit(overtakes)
-
-    def whole_prompt(waiting, free_blocks, block_size, token_budget, slots):
-        plan, budget = [], token_budget
-        for name, tokens in waiting:
-            need = -(-tokens // block_size)  # blocks for the whole prompt, not the chunk fed now
-            if not budget or len(plan) == slots or need > free_blocks:
+            if not budget or (use_slots and len(plan) == slots):
                 break
-            plan.append((name, min(tokens, budget)))
-            budget, free_blocks = budget - min(tokens, budget), free_blocks - need
-        return plan
-    with pytest.raises(AssertionError, match="first chunk"):
-        check.admit(whole_prompt)
-
-    def floor_blocks(waiting, free_blocks, block_size, token_budget, slots):
-        plan, budget = [], token_budget
-        for name, tokens in waiting:
-            n = min(tokens, budget)
-            if not budget or len(plan) == slots or n // block_size + 1 > free_blocks:
-                break
+            if blocks_of(tokens, n, block_size) > free_blocks:
+                if stop:
+                    break
+                continue
             plan.append((name, n))
-            budget, free_blocks = budget - n, free_blocks - (n // block_size + 1)
+            budget, free_blocks = budget - n, free_blocks - blocks_of(tokens, n, block_size) * spend
         return plan
-    with pytest.raises(AssertionError, match=r"ceil\(n / block_size\)"):
-        check.admit(floor_blocks)
+    return wrong
+
+
+def ceil_blocks(tokens, n, block):
+    return -(-n // block)
+
+
+@pytest.mark.parametrize("wrong, cause", [
+    (_admit_variant(ceil_blocks, stop=False), "first come, first served"),
+    (_admit_variant(lambda tokens, n, block: -(-tokens // block)), "first chunk"),
+    (_admit_variant(lambda tokens, n, block: n // block + 1), r"not n // block_size \+ 1"),
+    (_admit_variant(lambda tokens, n, block: n // block), r"not n // block_size$"),
+    (_admit_variant(ceil_blocks, spend=False), "no longer free"),
+    (_admit_variant(ceil_blocks, use_slots=False), "at most `slots`"),
+])
+def test_admit_mistakes_are_named(wrong, cause):
+    with pytest.raises(AssertionError) as failed:
+        check.admit(wrong)
+    cause_line = next(line for line in str(failed.value).splitlines() if line.startswith("Likely cause: "))
+    assert __import__("re").search(cause, cause_line), cause_line

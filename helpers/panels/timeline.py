@@ -160,7 +160,7 @@ class TimelineView:
                            label="admitted with prefix-cache hits")]
         top.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         figures = (f"{len(requests)} requests, {len(timeline)} steps, {len(pre)} preemption{'s' * (len(pre) != 1)}, "
-                   f"{sum(r.cached_tokens for r in requests)} prompt tokens from the prefix cache")
+                   f"{sum(r.cached_tokens for r in requests)} tokens served by the prefix cache (at every admission)")
         top.set_title(f"{run}: {figures}", fontsize=10, y=1.01)
 
         x = np.arange(self.steps)
