@@ -66,6 +66,8 @@ def test_outputs_equal_one_request_at_a_time(course_model, alone, name, seed):
     figures = summary(requests, engine.timeline)
     if name == "preemption":
         assert figures["preemptions"] > 0
+        assert all(not record.admitted for record in engine.timeline if record.preempted), \
+            "a step that had to preempt admits no one"
     if name == "prefix caching":
         assert figures["cached_prompt_tokens"] > 0
     if name == "chunked prefill":
