@@ -52,6 +52,7 @@ class PrefixCachingAllocator(BlockAllocator):
         super().__init__(num_blocks, block_size)
         self.cached: dict[str, int] = {}  # prefix hash -> block holding those tokens
         self.hash_of: dict[int, str] = {}  # the other way round
+        self.keys_of: dict[str, list[str]] = {}  # per sequence, the keys of its full blocks registered so far
         self.lookups = self.hits = self.evictions = 0
 
     def lookup(self, tokens, limit: int | None = None) -> list[int]:
@@ -79,22 +80,34 @@ class PrefixCachingAllocator(BlockAllocator):
             self.refcount[block] += 1
         self.tables[seq] = list(blocks)
         self.lengths[seq] = len(blocks) * self.block_size
+        self.keys_of[seq] = [self.hash_of[block] for block in blocks]
         return list(blocks)
 
     def register(self, seq: str, tokens) -> None:
         """Record the prefix hashes of ``seq``'s full blocks, whose K and V hold ``tokens`` (the
-        sequence's tokens computed so far). A block whose prefix another block already holds stays
-        unregistered, and is freed as an empty block."""
+        sequence's tokens computed so far); only blocks filled since the last call are hashed. A
+        block whose prefix another block already holds stays unregistered, and is freed as an empty
+        block."""
         table = self._known(seq)
-        for index, key in enumerate(prefix_hashes(tokens, self.block_size)):
-            block = table[index]
-            if key not in self.cached and block not in self.hash_of:
-                self.cached[key], self.hash_of[block] = block, key
+        keys = self.keys_of.setdefault(seq, [])  # the chained keys of its full blocks so far
+        for index in range(len(keys), len(tokens) // self.block_size):
+            start = index * self.block_size
+            key = block_hash(keys[-1] if keys else None, tokens[start:start + self.block_size])
+            keys.append(key)
+            if key not in self.cached and table[index] not in self.hash_of:
+                self.cached[key], self.hash_of[table[index]] = table[index], key
 
     def free_sequence(self, seq: str) -> None:
         """Release ``seq``'s blocks, its last block first (evicted first: see the module text)."""
         self._known(seq).reverse()
         super().free_sequence(seq)
+        self.keys_of.pop(seq, None)
+
+    def truncate(self, seq: str, tokens: int) -> list[int]:
+        """Lesson 05's truncate; the keys of blocks no longer full are forgotten for ``seq``."""
+        table = super().truncate(seq, tokens)
+        del self.keys_of.get(seq, [])[self.lengths[seq] // self.block_size:]
+        return table
 
     def evictable(self) -> int:
         """Free blocks that still hold a cached prefix."""

@@ -104,7 +104,7 @@ def running_not_counted(running, waiting, token_budget, max_batch):
     (waiting_first, "running requests come first"),
     (over_budget, "more than the budget"),
     (running_in_order, "decoding requests .1 token to feed. come first"),
-    (running_not_counted, "every running request holds a place"),
+    (running_not_counted, "running requests were not counted"),
 ])
 def test_schedule_mistakes_are_named(wrong, cause):
     with pytest.raises(AssertionError, match=cause):
@@ -185,3 +185,17 @@ def test_admit_mistakes_are_named(wrong, cause):
         check.admit(wrong)
     cause_line = next(line for line in str(failed.value).splitlines() if line.startswith("Likely cause: "))
     assert __import__("re").search(cause, cause_line), cause_line
+
+
+def test_one_too_many_in_the_batch_is_named_as_such():
+    def off_by_one(running, waiting, token_budget, max_batch):
+        plan = schedule_step(running, [], token_budget, max_batch)
+        budget, batch = token_budget - sum(n for _, n in plan), len(running)
+        for name, pending in waiting:
+            if budget == 0 or batch > max_batch:  # should stop at == max_batch
+                break
+            plan.append((name, min(pending, budget)))
+            budget, batch = budget - plan[-1][1], batch + 1
+        return plan
+    with pytest.raises(AssertionError, match="one request too many joins"):
+        check.schedule_step(off_by_one)

@@ -70,3 +70,18 @@ def test_a_duplicate_prefix_computed_twice_is_registered_once():
     cache.free_sequence("b")
     assert cache.evictable() == 0  # b's copy went back as an empty block
     cache.check()
+
+
+def test_register_hashes_only_new_blocks_and_forgets_truncated_ones():
+    cache = PrefixCachingAllocator(num_blocks=8, block_size=2)
+    tokens = [1, 2, 3, 4, 5]
+    cache.allocate("a", 3)
+    cache.register("a", tokens[:3])
+    cache.append("a", 2)
+    cache.register("a", tokens)
+    assert cache.keys_of["a"] == prefix_hashes(tokens, 2)
+    cache.truncate("a", 3)  # 2 tokens left: one full block
+    assert cache.keys_of["a"] == prefix_hashes(tokens, 2)[:1]
+    cache.free_sequence("a")
+    assert "a" not in cache.keys_of
+    cache.check()

@@ -109,10 +109,26 @@ def _running_in_order(running, waiting, budget, max_batch):
     return plan + _fill(waiting, left, max_batch - len(running))[0]
 
 
+def _decodes_then_rest(running):
+    return [r for r in running if r[1] == 1] + [r for r in running if r[1] != 1]
+
+
+def _running_not_counted(running, waiting, budget, max_batch):
+    """The mistake of letting max_batch waiting requests join, whatever is running."""
+    plan, left = _fill(_decodes_then_rest(running), budget)
+    return plan + _fill(waiting, left, max_batch)[0]
+
+
+def _one_over(running, waiting, budget, max_batch):
+    """The mistake of admitting while running + admitted <= max_batch."""
+    plan, left = _fill(_decodes_then_rest(running), budget)
+    return plan + _fill(waiting, left, max_batch - len(running) + 1)[0]
+
+
 def _queue_first(running, waiting, budget, max_batch):
     """The mistake of admitting the waiting requests before feeding the running ones."""
     plan, left = _fill(waiting, budget, max_batch - len(running))
-    return plan + _fill([r for r in running if r[1] == 1] + [r for r in running if r[1] != 1], left)[0]
+    return plan + _fill(_decodes_then_rest(running), left)[0]
 
 
 def schedule_step(fn, seed: int = 1, n_random: int = 30) -> None:
@@ -123,11 +139,11 @@ def schedule_step(fn, seed: int = 1, n_random: int = 30) -> None:
             return f"the plan feeds {sum(n for _, n in got)} tokens, more than the budget of {budget}"
         if any(n == 0 for _, n in got):
             return "a request fed 0 tokens is not in the plan: stop once the budget is spent"
-        admitted = [name for name, _ in got if name not in dict(running)]
-        if len(running) + len(admitted) > max_batch:
-            return (f"{len(running)} running plus {len(admitted)} admitted is over max_batch={max_batch}: every "
-                    "running request holds a place in the batch")
         return _cause(student, cases, args, got, [
+            ("the running requests were not counted in the batch: waiting ones join only while running + "
+             "admitted < max_batch (every running request holds a place)", _running_not_counted),
+            ("one request too many joins: stop admitting when running + admitted reaches max_batch",
+             _one_over),
             ("decoding requests (1 token to feed) come first, then those part-way through a prompt, each group in "
              "order: a long prompt must not hold back everyone's next token", _running_in_order),
             ("running requests come first (they hold cache memory and may be mid-answer), then the queue",
@@ -265,7 +281,8 @@ def admit(fn, seed: int = 3, n_random: int = 30) -> None:
              "served), even when they would fit", lambda *case: variant(case, ceil, stop_at_misfit=False)),
             ("a request needs blocks only for the tokens fed this step (its first chunk), not its whole prompt",
              lambda *case: variant(case, lambda tokens, n, block: -(-tokens // block))),
-            ("n tokens fill ceil(n / block_size) blocks, not n // block_size + 1",
+            ("n tokens fill ceil(n / block_size) blocks, not n // block_size + 1 (nor ceil((n + 1) / block_size): "
+             "the token this step produces is fed, and stored, in the next step)",
              lambda *case: variant(case, lambda tokens, n, block: n // block + 1)),
             ("n tokens fill ceil(n / block_size) blocks, not n // block_size",
              lambda *case: variant(case, lambda tokens, n, block: n // block)),
