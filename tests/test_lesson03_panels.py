@@ -97,33 +97,48 @@ def test_draw_online_step_every_step(block):
             online.draw_online_step(bad, block)
 
 
+def _pixels(fig):
+    import io
+
+    from PIL import Image
+    png = io.BytesIO()
+    fig.savefig(png, format="png")
+    return np.asarray(Image.open(png))
+
+
 def test_online_panel_wiring(monkeypatch, shown):
-    drawn = []
-    real = online.draw_online_step
-
-    def spy(step, block=8, seed=3):
-        drawn.append((step, block))
-        return real(step, block, seed)
-
-    monkeypatch.setattr(online, "draw_online_step", spy)
+    figures = []
+    real = online.show_figure
+    monkeypatch.setattr(online, "show_figure", lambda fig: figures.append(fig) or real(fig))
     box = online.online_softmax_panel()
     block, step = box.children[0].children
     assert block.value == 8 and step.max == 4
     assert len(shown) == 1 and shown[0].data.startswith(b"\x89PNG")
-    count = len(shown)
     step.value = 3
-    assert len(shown) == count + 1 and drawn[-1] == (3, 8)
+    assert len(shown) == 2 and figures[-1] is figures[0]  # the same figure, updated in place
+    assert figures[-1].axes[0].get_title() == "after 3 of 4 blocks of 8"
     block.value = 4
-    assert step.max == 8
+    assert step.max == 8 and len(shown) == 3 and figures[-1] is not figures[0]
     step.value = 8
-    assert drawn[-1] == (8, 4)
-    block.value = 16  # the slider must come back inside 0 .. 2 before anything is drawn
-    assert step.max == 2 and step.value == 2 and drawn[-1] == (2, 16)
-    count = len(shown)
-    step.value = 1
-    assert len(shown) == count + 1 and drawn[-1] == (1, 16)
-    assert all(0 <= s <= math.ceil(32 / b) for s, b in drawn)
-    assert not plt.get_fignums()  # every drawn figure was closed
+    assert figures[-1].axes[0].get_title() == "after 8 of 8 blocks of 4"
+    block.value = 16  # the slider must come back inside 0 .. 2 before anything is drawn: one render
+    assert step.max == 2 and step.value == 2 and len(shown) == 5
+    assert figures[-1].axes[0].get_title() == "after 2 of 2 blocks of 16"
+    block.value = 8  # back to a figure drawn before
+    assert figures[-1] is figures[0] and figures[-1].axes[0].get_title() == "after 2 of 4 blocks of 8"
+    assert not plt.get_fignums()  # shown, then closed out of pyplot: nothing piles up
+
+
+@pytest.mark.parametrize("block", [4, 8])
+def test_online_view_in_place_draws_what_a_fresh_figure_draws(block):
+    view = online.OnlineStepView(block)
+    view.freeze()
+    last = math.ceil(32 / block)
+    for step in (0, 2, last, 1):  # back and forth over the frozen background
+        view.move(step)
+        fresh = online.draw_online_step(step, block)
+        assert np.array_equal(_pixels(view.fig), _pixels(fresh)), f"block {block}, step {step}"
+        plt.close(fresh)
 
 
 # ---- tiling panel -------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """The lesson 03 step-through: the online softmax of one query row, block by block.
 
 ``online_states`` replays ``helpers.flash.block_update`` on one row and records every state;
-``draw_online_step`` draws the state after a given number of blocks; ``online_softmax_panel``
-puts a slider on it.
+``OnlineStepView`` draws them once and shows the state after a given number of blocks in place;
+``draw_online_step`` returns that figure for one step; ``online_softmax_panel`` puts a slider on it.
 """
 
 from __future__ import annotations
@@ -12,61 +12,133 @@ import math
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import clear_output
 
 from helpers.attention import softmax
 from helpers.flash import demo_row, online_states
-from helpers.panels.output import show_figure
+from helpers.panels.output import freeze, show_figure
+
+
+class OnlineStepView:
+    """The figure of one row's online softmax, drawn once; ``move(step)`` updates it in place.
+
+    Three axes: the scores (this block red, seen blue, not yet grey) and the running max m; m and l
+    after each block; the partial output o against the exact one. Axis limits cover every step, so
+    a move changes only bar colours and heights, line data and titles: the rest is frozen
+    (``helpers.panels.output.freeze``) after ``freeze()``.
+    """
+
+    def __init__(self, block: int = 8, seed: int = 3):
+        scores, values = demo_row(seed=seed)
+        self.block, self.scores = block, scores
+        self.states = online_states(scores, values, block)
+        fig, (a, b, c) = plt.subplots(1, 3, figsize=(10.5, 3.3), dpi=80, gridspec_kw={"width_ratios": [1.6, 1, 1]})
+        self.fig = fig
+        self.score_bars = a.bar(np.arange(len(scores)), scores, color="lightgrey")
+        self.m_line = a.axhline(scores.max(), color="black", ls="--", lw=1, label="m")
+        self.m_legend = a.legend(loc="upper left", fontsize=8)
+        a.set_xlabel("key position (red: this block, blue: seen, grey: not yet)")
+        a.set_ylabel("score")
+
+        ms = [state["m"] for state in self.states[1:]]
+        ls = [state["l"] for state in self.states[1:]]
+        (self.m_plot,) = b.plot([], [], "o-", label="m (running max)")
+        (self.l_plot,) = b.plot([], [], "s-", label="l (running sum)")
+        b.set_xlim(0.5, len(self.states) - 0.5)
+        low, high = min(ms + ls), max(ms + ls)
+        b.set_ylim(low - 0.08 * (high - low), high + 0.08 * (high - low))
+        b.set_xlabel("block")
+        self.b_legend = b.legend(fontsize=8, loc="lower right")
+
+        self.exact = softmax(scores) @ values
+        x = np.arange(values.shape[1])
+        self.o_bars = c.bar(x - 0.2, np.zeros(len(x)), width=0.4, label="o so far")
+        c.bar(x + 0.2, self.exact, width=0.4, label="exact", color="lightgrey")
+        every = np.concatenate([self.exact] + [state["o"] for state in self.states] + [[0.0]])
+        c.set_ylim(every.min() - 0.1 * np.ptp(every), every.max() + 0.1 * np.ptp(every))
+        c.set_xticks(x, [f"o[{i}]" for i in x])
+        self.c_legend = c.legend(fontsize=8, loc="lower right")
+        for ax in (a, b, c):
+            ax.set_title(" ", y=1.01)
+        fig.subplots_adjust(left=0.06, right=0.99, bottom=0.17, top=0.88, wspace=0.3)
+        # what a move changes, and the legends the moving lines and bars may pass under
+        self.moving = [*self.score_bars, self.m_line, self.m_legend, self.m_plot, self.l_plot, self.b_legend,
+                       *self.o_bars, self.c_legend, a.title, b.title, c.title, *a.spines.values()]
+        self.frozen = None
+
+    def freeze(self) -> None:
+        """Keep the unchanging parts' pixels from the next render on (see ``helpers.panels.output.Frozen``)."""
+        if self.frozen is None:
+            self.frozen = freeze(self.fig, self.moving)
+
+    def move(self, step: int) -> None:
+        """Show the state after ``step`` blocks (0 .. number of blocks)."""
+        states = self.states
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or not 0 <= step < len(states):
+            raise ValueError(f"step must be between 0 and {len(states) - 1} for block {self.block}; got {step}")
+        state = states[step]
+        a, b, c = self.fig.axes[:3]
+        position = np.arange(len(self.scores))
+        seen = position < state["end"]
+        current = seen & (position >= states[step - 1]["end"]) if step else np.zeros_like(seen)
+        for bar, now, was in zip(self.score_bars, current, seen):
+            bar.set_color("tab:red" if now else "tab:blue" if was else "lightgrey")
+        self.m_line.set_visible(step > 0)
+        self.m_legend.set_visible(step > 0)
+        if step:
+            self.m_line.set_ydata([state["m"], state["m"]])
+            self.m_legend.get_texts()[0].set_text(f"m = {state['m']:.2f}")
+        a.set_title(f"after {step} of {len(states) - 1} blocks of {self.block}", y=1.01)
+        steps = np.arange(1, step + 1)
+        self.m_plot.set_data(steps, [s["m"] for s in states[1:step + 1]])
+        self.l_plot.set_data(steps, [s["l"] for s in states[1:step + 1]])
+        b.set_title("rescale exp(m_old - m_new) = " + ("-" if step < 2 else f"{state['alpha']:.3f}"), y=1.01)
+        for bar, height in zip(self.o_bars, state["o"]):
+            bar.set_height(height)
+        c.set_title("output" + (": equal to exact" if step == len(states) - 1 else ""), y=1.01)
 
 
 def draw_online_step(step: int, block: int = 8, seed: int = 3):
-    """Three panels after ``step`` blocks: the scores seen and the running max; m and l so far;
-    the partial output against the exact one. Returns the Figure."""
-    scores, values = demo_row(seed=seed)
-    states = online_states(scores, values, block)
-    if not 0 <= step < len(states):
-        raise ValueError(f"step must be between 0 and {len(states) - 1} for block {block}; got {step}")
-    state = states[step]
-    fig, (a, b, c) = plt.subplots(1, 3, figsize=(10.5, 3.3), dpi=80, gridspec_kw={"width_ratios": [1.6, 1, 1]})
-    seen = np.arange(len(scores)) < state["end"]
-    current = seen & (np.arange(len(scores)) >= states[step - 1]["end"]) if step else np.zeros_like(seen)
-    a.bar(np.arange(len(scores)), scores, color=np.where(current, "tab:red", np.where(seen, "tab:blue", "lightgrey")))
-    if step:
-        a.axhline(state["m"], color="black", ls="--", lw=1, label=f"m = {state['m']:.2f}")
-        a.legend(loc="upper left", fontsize=8)
-    a.set_xlabel("key position (red: this block, blue: seen, grey: not yet)")
-    a.set_ylabel("score")
-    a.set_title(f"after {step} of {len(states) - 1} blocks of {block}", y=1.01)
-
-    steps = np.arange(1, step + 1)
-    b.plot(steps, [s["m"] for s in states[1:step + 1]], "o-", label="m (running max)")
-    b.plot(steps, [s["l"] for s in states[1:step + 1]], "s-", label="l (running sum)")
-    b.set_xlim(0.5, len(states) - 0.5)
-    b.set_xlabel("block")
-    b.legend(fontsize=8, loc="lower right")
-    alpha = state["alpha"]
-    b.set_title("rescale exp(m_old - m_new) = " + ("-" if step < 2 else f"{alpha:.3f}"), y=1.01)
-
-    exact = softmax(scores) @ values
-    x = np.arange(values.shape[1])
-    c.bar(x - 0.2, state["o"], width=0.4, label="o so far")
-    c.bar(x + 0.2, exact, width=0.4, label="exact", color="lightgrey")
-    c.set_xticks(x, [f"o[{i}]" for i in x])
-    c.legend(fontsize=8, loc="lower right")
-    c.set_title("output" + (": equal to exact" if step == len(states) - 1 else ""), y=1.01)
-    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.17, top=0.88, wspace=0.3)
-    return fig
+    """The figure after ``step`` blocks (see ``OnlineStepView``). Returns the Figure."""
+    view = OnlineStepView(block, seed)
+    try:
+        view.move(step)
+    except ValueError:
+        plt.close(view.fig)
+        raise
+    return view.fig
 
 
 def online_softmax_panel() -> widgets.VBox:
-    """A block-size dropdown and a step slider over ``draw_online_step``."""
+    """A block-size dropdown and a step slider; each block size's figure is drawn once and then
+    updated in place (``OnlineStepView``)."""
     block = widgets.Dropdown(options=[4, 8, 16], value=8, description="block")
     step = widgets.IntSlider(0, min=0, max=4, description="blocks seen")
+    out = widgets.Output()
+    views: dict[int, OnlineStepView] = {}
+    busy = []
 
-    def limit(change=None):
-        step.max = math.ceil(32 / block.value)
+    def render(change=None) -> None:
+        if busy:  # the slider clamped by a block change: that change renders once
+            return
+        if block.value not in views:
+            views[block.value] = OnlineStepView(block.value)
+            views[block.value].freeze()
+        view = views[block.value]
+        view.move(step.value)
+        with out:
+            clear_output(wait=True)
+            show_figure(view.fig)
 
-    block.observe(limit, names="value")
-    limit()
-    out = widgets.interactive_output(lambda step, block: show_figure(draw_online_step(step, block)),
-                                     {"step": step, "block": block})
+    def choose(change=None) -> None:
+        busy.append(True)
+        try:
+            step.max = math.ceil(32 / block.value)
+        finally:
+            busy.clear()
+        render()
+
+    block.observe(choose, names="value")
+    step.observe(render, names="value")
+    choose()
     return widgets.VBox([widgets.HBox([block, step]), out])

@@ -16,7 +16,6 @@ import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import clear_output
-from matplotlib.artist import Artist
 from matplotlib.colors import ListedColormap
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
@@ -24,7 +23,7 @@ from matplotlib.ticker import MaxNLocator
 from matplotlib.transforms import blended_transform_factory
 
 from helpers.engine import Request, StepRecord
-from helpers.panels.output import show_figure
+from helpers.panels.output import freeze, show_figure
 from helpers.units import positive_int
 
 # a cell of the image: what a request did at a step
@@ -93,34 +92,6 @@ def timeline_cells(requests: list[Request], timeline: list[StepRecord]) -> np.nd
         for rid in s.produced:
             cells[row[rid], s.step] = TOKEN
     return cells
-
-
-class _Frozen(Artist):
-    """Draws ``axes`` (hidden from the figure) once per renderer size, keeps the pixels and, on the
-    next render of that size, pastes them back (Agg's copy_from_bbox / restore_region, as in
-    blitting). Drawn first (zorder -10): the figure's other artists go on top. A renderer without
-    those methods (PDF, SVG) gets the axes drawn each time."""
-
-    def __init__(self, axes: list):
-        super().__init__()
-        self.axes_drawn, self.pixels, self.size = axes, None, None
-        self.set_zorder(-10)
-        for ax in axes:
-            ax.set_visible(False)
-
-    def draw(self, renderer) -> None:
-        size = renderer.get_canvas_width_height()
-        if self.pixels is not None and size == self.size and hasattr(renderer, "restore_region"):
-            renderer.restore_region(self.pixels)
-            return
-        for ax in self.axes_drawn:
-            ax.set_visible(True)
-            try:
-                ax.draw(renderer)
-            finally:
-                ax.set_visible(False)
-        if hasattr(renderer, "copy_from_bbox"):
-            self.pixels, self.size = renderer.copy_from_bbox(self.figure.bbox), size
 
 
 class TimelineView:
@@ -203,10 +174,10 @@ class TimelineView:
 
     def freeze(self) -> None:
         """From now on the axes (all but the cursor and caption) are rendered once per image size
-        and pasted back on later renders (``_Frozen``): a step move renders only the cursor, the
+        and pasted back on later renders (``helpers.panels.output.freeze``): a step move renders only the cursor, the
         caption and the PNG. The axes keep their artists, hidden from the figure's own draw."""
         if not self.frozen:
-            self.fig.add_artist(_Frozen(list(self.fig.axes)))
+            freeze(self.fig)
             self.frozen = True
 
     def describe(self, step: int) -> str:
