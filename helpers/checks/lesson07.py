@@ -60,7 +60,8 @@ def _cause(student, cases, args, got, causes) -> str | None:
             return _plan_or_list(student(*case))
         except Exception:
             return None
-    everywhere = [text for text, wrong in causes if all(answers(case) == wrong(*case) for case in cases)]
+    theirs = [answers(case) for case in cases]  # each case run once more, then compared with every cause
+    everywhere = [text for text, wrong in causes if all(t == wrong(*case) for t, case in zip(theirs, cases))]
     if len(everywhere) == 1:
         return everywhere[0]
     here = [text for text, wrong in causes if wrong(*args) == got]
