@@ -77,3 +77,44 @@ def test_missing_results_file_names_the_script(tmp_path):
 def test_unknown_measurement_is_named():
     with pytest.raises(ValueError, match="no measurement for 'heavy/100'"):
         results.perplexity(FAKE, "heavy", 100)
+
+
+def _pixels(fig):
+    import io
+
+    from PIL import Image
+    png = io.BytesIO()
+    fig.savefig(png, format="png")
+    return np.asarray(Image.open(png))
+
+
+def test_the_view_updates_in_place_as_a_fresh_figure_draws():
+    view = panel.EvictionView(FAKE)
+    view.freeze()
+    for policy, budget in (("heavy", 128), ("window", 256), ("sinks", 512), ("heavy", 256)):
+        view.move(policy, budget)
+        fresh = panel.draw_eviction(policy, budget, FAKE)
+        differ = (_pixels(view.fig) != _pixels(fresh)).any(-1).sum()
+        # only the tick marks on the image's left edge, drawn under the image instead of over it
+        assert differ <= 20, f"{policy}/{budget}: {differ} pixels differ"
+        plt.close(fresh)
+    with pytest.raises(ValueError, match="budget one of"):
+        view.move("heavy", 100)
+
+
+def test_the_panel_draws_one_figure_and_moves_it(monkeypatch):
+    from helpers.panels import output as panel_output
+
+    shown, figures = [], []
+    monkeypatch.setattr(panel_output, "display", shown.append)
+    monkeypatch.setattr(panel, "show_figure", lambda fig: figures.append(fig) or panel_output.show_figure(fig))
+    monkeypatch.setattr(panel, "load_results", lambda: FAKE)
+    box = panel.eviction_panel()
+    policy, budget = box.children[0], box.children[1]
+    budget.value = 128
+    policy.value = "window"
+    assert len(shown) == 3 and len(set(map(id, figures))) == 1
+    left, right = figures[-1].axes[:2]
+    assert left.get_title() == "window, budget 128: held at the end"
+    bold = [line for line in right.lines if line.get_linewidth() == 2.5]
+    assert [line.get_label() for line in bold] == ["window"]

@@ -12,48 +12,99 @@ import ipywidgets as widgets
 import matplotlib.pyplot as plt
 
 from helpers.eviction_results import BUDGETS, EXACT, POLICIES, held_map, load_results, memory_share, perplexity
-from helpers.panels.output import show_figure
+from helpers.panels.output import freeze, show_figure
+
+CHOSEN = dict(linewidth=2.5, alpha=1.0, marker="o")
+OTHER = dict(linewidth=1, alpha=0.5, marker=".")
+
+
+class EvictionView:
+    """The panel's figure, drawn once; ``move(policy, budget)`` updates it in place.
+
+    Left: the positions held per layer and K/V head at the end of the first text (an image).
+    Right: perplexity against the memory kept for every policy, the chosen one in bold and its
+    point ringed. The axes do not change with the controls, so everything but the image, the
+    lines' styles, the ring and the titles is frozen (``helpers.panels.output.freeze``)
+    after ``freeze()``.
+    """
+
+    def __init__(self, results: dict | None = None):
+        self.results = results = results or load_results()
+        fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=80, gridspec_kw={"width_ratios": [1, 1.1]})
+        self.fig = fig
+        self.image = a.imshow(held_map(results, POLICIES[0], BUDGETS[0]),
+                              cmap=plt.matplotlib.colors.ListedColormap(["white", "tab:blue", "tab:orange"]),
+                              vmin=0, vmax=2, aspect="auto", interpolation="nearest")
+        a.set_xlabel("position in the text")
+        a.set_ylabel("layer x K/V head (layer 0 at the top)")
+        self.points = {}
+        self.lines = {}
+        for name in POLICIES:
+            x = [100 * memory_share(results, name, v) for v in BUDGETS]
+            y = [perplexity(results, name, v) for v in BUDGETS]
+            self.points[name] = list(zip(x, y))
+            (self.lines[name],) = b.plot(x, y, label=name + ("" if name in EXACT else " (chunked)"), **OTHER)
+        (self.ring,) = b.plot([], [], "o", ms=12, mfc="none", color="black", zorder=2.1)  # over every line
+        full = perplexity(results, "full")
+        self.full = b.axhline(full, color="black", ls="--", label=f"full cache ({full:.2f})")
+        b.set_xscale("log")
+        b.set_yscale("log")
+        b.minorticks_off()
+        b.set_yticks([10, 15, 20, 30, 50], ["10", "15", "20", "30", "50"])
+        b.set_xticks([3, 6, 12, 25, 50], ["3", "6", "12", "25", "50"])
+        b.set_xlabel("cache held at most (% of the full cache; eviction: the budget)")
+        b.set_ylabel("perplexity (mean of 3 texts)")
+        for ax in (a, b):
+            ax.set_title(" ", y=1.01, fontsize=10)
+        legend = b.legend(fontsize=7, loc="upper right")  # names the colours; the chosen line is the bold one
+        for handle in legend.legend_handles:
+            handle.set(linewidth=1.5, alpha=1.0)
+        fig.subplots_adjust(left=0.07, right=0.98, bottom=0.14, top=0.9, wspace=0.25)
+        self.frozen = None
+
+    def freeze(self) -> None:
+        """Keep the unchanging parts' pixels from the next render on (see ``helpers.panels.output.Frozen``)."""
+        if self.frozen is None:
+            a, b = self.fig.axes
+            # what a move changes, and what the axes draw over it (the dashed line, the spines)
+            self.frozen = freeze(self.fig, [self.image, *self.lines.values(), self.ring, self.full, a.title, b.title,
+                                            *a.spines.values(), *b.spines.values()])
+
+    def move(self, policy: str, budget: int) -> None:
+        """Show ``policy`` at ``budget``."""
+        if policy not in POLICIES or budget not in BUDGETS:
+            raise ValueError(f"policy must be one of {POLICIES} and budget one of {BUDGETS}; got {policy!r}, {budget!r}")
+        a, b = self.fig.axes
+        self.image.set_data(held_map(self.results, policy, budget))
+        a.set_title(f"{policy}, budget {budget}: held at the end", y=1.01, fontsize=10)
+        for name, line in self.lines.items():
+            line.set(**(CHOSEN if name == policy else OTHER))
+        self.ring.set_data(*zip(self.points[policy][BUDGETS.index(budget)]))
+        share, ppl = 100 * memory_share(self.results, policy, budget), perplexity(self.results, policy, budget)
+        b.set_title(f"{share:.0f}% of the cache, perplexity {ppl:.2f}", y=1.01, fontsize=10)
 
 
 def draw_eviction(policy: str = "heavy", budget: int = 256, results: dict | None = None):
-    """Left: positions held per layer and head at the end of the first text. Right: perplexity
-    against the memory kept, every policy, the chosen one in bold and its point ringed."""
-    results = results or load_results()
-    kept = held_map(results, policy, budget)
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=80, gridspec_kw={"width_ratios": [1, 1.1]})
-    a.imshow(kept, cmap=plt.matplotlib.colors.ListedColormap(["white", "tab:blue", "tab:orange"]), vmin=0, vmax=2,
-             aspect="auto", interpolation="nearest")
-    a.set_xlabel("position in the text")
-    a.set_ylabel("layer x K/V head (layer 0 at the top)")
-    a.set_title(f"{policy}, budget {budget}: held at the end", y=1.01, fontsize=10)
-
-    for name in POLICIES:
-        x = [100 * memory_share(results, name, v) for v in BUDGETS]
-        y = [perplexity(results, name, v) for v in BUDGETS]
-        style = dict(lw=2.5, marker="o") if name == policy else dict(lw=1, alpha=0.5, marker=".")
-        b.plot(x, y, label=name + ("" if name in EXACT else " (chunked)"), **style)
-        if name == policy:
-            b.plot(x[BUDGETS.index(budget)], y[BUDGETS.index(budget)], "o", ms=12, mfc="none", color="black")
-    full = perplexity(results, "full")
-    b.axhline(full, color="black", ls="--", label=f"full cache ({full:.2f})")
-    b.set_xscale("log")
-    b.set_yscale("log")
-    b.minorticks_off()
-    b.set_yticks([10, 15, 20, 30, 50], ["10", "15", "20", "30", "50"])
-    b.set_xticks([3, 6, 12, 25, 50], ["3", "6", "12", "25", "50"])
-    b.set_xlabel("cache held at most (% of the full cache; eviction: the budget)")
-    b.set_ylabel("perplexity (mean of 3 texts)")
-    share, ppl = 100 * memory_share(results, policy, budget), perplexity(results, policy, budget)
-    b.set_title(f"{share:.0f}% of the cache, perplexity {ppl:.2f}", y=1.01, fontsize=10)
-    b.legend(fontsize=7, loc="upper right")
-    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.14, top=0.9, wspace=0.25)
-    return fig
+    """The figure for ``policy`` at ``budget`` (see ``EvictionView``). Returns the Figure."""
+    view = EvictionView(results)
+    try:
+        view.move(policy, budget)
+    except ValueError:
+        plt.close(view.fig)
+        raise
+    return view.fig
 
 
 def eviction_panel() -> widgets.VBox:
-    results = load_results()
+    """Policy buttons and a budget slider; the figure is drawn once and updated in place (``EvictionView``)."""
+    view = EvictionView()
+    view.freeze()
     policy = widgets.ToggleButtons(options=POLICIES, value="heavy", description="policy")
     budget = widgets.SelectionSlider(options=BUDGETS, value=256, description="budget")
-    out = widgets.interactive_output(lambda policy, budget: show_figure(draw_eviction(policy, budget, results)),
-                                     {"policy": policy, "budget": budget})
+
+    def show(policy, budget):
+        view.move(policy, budget)
+        show_figure(view.fig)
+
+    out = widgets.interactive_output(show, {"policy": policy, "budget": budget})
     return widgets.VBox([policy, budget, out])
