@@ -108,8 +108,8 @@ def _pixels(fig):
 
 def test_online_panel_wiring(monkeypatch, shown):
     figures = []
-    real = online.show_figure
-    monkeypatch.setattr(online, "show_figure", lambda fig: figures.append(fig) or real(fig))
+    real = panel_output.show_figure
+    monkeypatch.setattr(panel_output, "show_figure", lambda fig: figures.append(fig) or real(fig))
     box = online.online_softmax_panel()
     block, step = box.children[0].children
     assert block.value == 8 and step.max == 4

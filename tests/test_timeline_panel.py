@@ -145,7 +145,8 @@ def test_idle_steps_have_no_record_and_say_so():
 def test_a_step_move_updates_the_same_figure_in_place(runs, monkeypatch):
     shown, figures = [], []
     monkeypatch.setattr(panel_output, "display", shown.append)
-    monkeypatch.setattr(panel, "show_figure", lambda fig: figures.append(fig) or panel_output.show_figure(fig))
+    real = panel_output.show_figure
+    monkeypatch.setattr(panel_output, "show_figure", lambda fig: figures.append(fig) or real(fig))
     box = panel.timeline_panel(runs, POOLS)
     (run, step), out = box.children[0].children, box.children[1]
     assert run.options == tuple(SETTINGS) and run.value == "static" and type(out).__name__ == "Output"
@@ -171,7 +172,8 @@ def test_a_step_move_updates_the_same_figure_in_place(runs, monkeypatch):
 def test_the_dropdown_switches_runs_and_clamps_the_slider(runs, monkeypatch):
     shown, figures = [], []
     monkeypatch.setattr(panel_output, "display", shown.append)
-    monkeypatch.setattr(panel, "show_figure", lambda fig: figures.append(fig) or panel_output.show_figure(fig))
+    real = panel_output.show_figure
+    monkeypatch.setattr(panel_output, "show_figure", lambda fig: figures.append(fig) or real(fig))
     box = panel.timeline_panel(runs, POOLS)
     run, step = box.children[0].children
     step.value = step.max

@@ -7,16 +7,13 @@
 
 from __future__ import annotations
 
-import math
-
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import numpy as np
-from IPython.display import clear_output
 
 from helpers.attention import softmax
 from helpers.flash import demo_row, online_states
-from helpers.panels.output import freeze, show_figure
+from helpers.panels.output import freeze, stepped_panel
 
 
 class OnlineStepView:
@@ -114,31 +111,4 @@ def online_softmax_panel() -> widgets.VBox:
     updated in place (``OnlineStepView``)."""
     block = widgets.Dropdown(options=[4, 8, 16], value=8, description="block")
     step = widgets.IntSlider(0, min=0, max=4, description="blocks seen")
-    out = widgets.Output()
-    views: dict[int, OnlineStepView] = {}
-    busy = []
-
-    def render(change=None) -> None:
-        if busy:  # the slider clamped by a block change: that change renders once
-            return
-        if block.value not in views:
-            views[block.value] = OnlineStepView(block.value)
-            views[block.value].freeze()
-        view = views[block.value]
-        view.move(step.value)
-        with out:
-            clear_output(wait=True)
-            show_figure(view.fig)
-
-    def choose(change=None) -> None:
-        busy.append(True)
-        try:
-            step.max = math.ceil(32 / block.value)
-        finally:
-            busy.clear()
-        render()
-
-    block.observe(choose, names="value")
-    step.observe(render, names="value")
-    choose()
-    return widgets.VBox([widgets.HBox([block, step]), out])
+    return stepped_panel(block, step, OnlineStepView, lambda view: len(view.states) - 1)

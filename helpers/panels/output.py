@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import io
 
+import ipywidgets as widgets
 import matplotlib.pyplot as plt
-from IPython.display import Image, display
+from IPython.display import Image, clear_output, display
 from matplotlib.artist import Artist
 
 
@@ -67,3 +68,39 @@ class Frozen(Artist):
 def freeze(fig, moving=()) -> Frozen:
     """Freeze every axes of ``fig`` but the ``moving`` artists (see ``Frozen``); returns the Frozen artist."""
     return fig.add_artist(Frozen(list(fig.axes), moving))
+
+
+def stepped_panel(choice, step, make_view, last_step) -> widgets.VBox:
+    """``choice`` (a dropdown) picks a view, made on its first choice by ``make_view(value)`` and frozen;
+    ``step`` (an IntSlider) moves it, ``view.move(step)``, and the view's figure is shown. A view has
+    ``fig``, ``freeze()`` and ``move(step)``; ``last_step(view)`` is the slider's maximum for it. A
+    choice that clamps the slider renders once. Returns the panel: the two controls over the figure."""
+    out, views, busy = widgets.Output(), {}, []
+
+    def view():
+        if choice.value not in views:
+            views[choice.value] = make_view(choice.value)
+            views[choice.value].freeze()
+        return views[choice.value]
+
+    def render(change=None) -> None:
+        if busy:  # the slider clamped by a new choice: that choice renders once
+            return
+        current = view()
+        current.move(step.value)
+        with out:
+            clear_output(wait=True)
+            show_figure(current.fig)
+
+    def choose(change=None) -> None:
+        busy.append(True)
+        try:
+            step.max = last_step(view())
+        finally:
+            busy.clear()
+        render()
+
+    choice.observe(choose, names="value")
+    step.observe(render, names="value")
+    choose()
+    return widgets.VBox([widgets.HBox([choice, step]), out])

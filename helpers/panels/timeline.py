@@ -15,7 +15,6 @@ import textwrap
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import numpy as np
-from IPython.display import clear_output
 from matplotlib.colors import ListedColormap
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
@@ -23,7 +22,7 @@ from matplotlib.ticker import MaxNLocator
 from matplotlib.transforms import blended_transform_factory
 
 from helpers.engine import Request, StepRecord
-from helpers.panels.output import freeze, show_figure
+from helpers.panels.output import freeze, stepped_panel
 from helpers.units import positive_int
 
 # a cell of the image: what a request did at a step
@@ -222,43 +221,13 @@ def timeline_panel(runs: dict, num_blocks: int | dict | None = None) -> widgets.
     """A run dropdown and a step slider over ``draw_timeline`` (``runs`` and ``num_blocks`` as
     there). Each run's figure is drawn once, on its first choice, and frozen
     (``TimelineView.freeze``); a step move updates the cursor and caption in place and renders the
-    PNG through ``show_figure``; choosing a run clamps the slider to that run's steps."""
+    PNG (``helpers.panels.output.stepped_panel``); choosing a run clamps the slider to that run's steps."""
     if not runs:
         raise ValueError("runs is empty: give at least one name -> (requests, timeline)")
     for name in runs:
         _check_run(f"run {name!r}", runs[name])
         _pool(num_blocks, name)
-    views: dict[str, TimelineView] = {}
     first = next(iter(runs))
     run = widgets.Dropdown(options=list(runs), value=first, description="run")
     step = widgets.IntSlider(0, min=0, max=1, description="step")
-    out = widgets.Output()
-    busy = []
-
-    def view() -> TimelineView:
-        if run.value not in views:
-            views[run.value] = TimelineView(runs, run.value, num_blocks)
-            views[run.value].freeze()
-        return views[run.value]
-
-    def render(change=None) -> None:
-        if busy:  # the slider clamped by a run change: that change renders once
-            return
-        current = view()
-        current.move(step.value)
-        with out:
-            clear_output(wait=True)
-            show_figure(current.fig)
-
-    def choose(change=None) -> None:
-        busy.append(True)
-        try:
-            step.max = view().steps - 1
-        finally:
-            busy.clear()
-        render()
-
-    run.observe(choose, names="value")
-    step.observe(render, names="value")
-    choose()
-    return widgets.VBox([widgets.HBox([run, step]), out])
+    return stepped_panel(run, step, lambda name: TimelineView(runs, name, num_blocks), lambda view: view.steps - 1)
