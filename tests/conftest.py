@@ -1,4 +1,5 @@
-"""Shared test helpers: small random Llama models and token ids, seeded; short runs of the scripts."""
+"""Shared test helpers: small random Llama models and token ids, seeded; short runs of the scripts;
+pixels of panel figures."""
 
 import json
 import subprocess
@@ -36,3 +37,21 @@ def short_script_run(script: str, out: Path, *args: str, timeout: int = 600) -> 
     subprocess.run([sys.executable, str(root / "scripts" / script), *args, "--out", str(out)],
                    check=True, capture_output=True, text=True, timeout=timeout)
     return json.loads(out.read_text())
+
+
+def differing_pixels(fig_a, fig_b) -> int:
+    """How many pixels differ between the PNGs of two figures (0: the same picture)."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    def pixels(fig):
+        png = io.BytesIO()
+        fig.savefig(png, format="png")
+        return np.asarray(Image.open(png))
+
+    a, b = pixels(fig_a), pixels(fig_b)
+    if a.shape != b.shape:
+        raise ValueError(f"the figures differ in size: {a.shape} and {b.shape}")
+    return int((a != b).any(-1).sum())

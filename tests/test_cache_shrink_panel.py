@@ -6,6 +6,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 import pytest
+from conftest import differing_pixels
 
 from helpers.kv_cache_size import layout_bytes_per_token
 from helpers.kv_quant import error_table, measured_errors
@@ -66,19 +67,36 @@ def test_figure_shows_cache_sizes_and_errors():
 
 
 def test_panel_widgets_enable_and_redraw(monkeypatch):
-    drawn = []
-    monkeypatch.setattr(panel, "_show", lambda **choices: drawn.append(choices))
+    drawn, figures = [], []
+    real_move = panel.CacheShrinkView.move
+    monkeypatch.setattr(panel.CacheShrinkView, "move", lambda view, **choices: drawn.append(choices) or real_move(view, **choices))
+    monkeypatch.setattr(panel, "show_figure", figures.append)
     box = panel.cache_shrink_panel()
     layout = box.children[0]
     (group, context), (storage, scaling) = (w.children for w in box.children[1].children)
     assert drawn[-1] == {"layout": "GQA", "group": 4, "storage": "e4m3", "scaling": "tensor", "context": 131072}
     layout.value = "MLA"
     assert group.disabled and drawn[-1]["layout"] == "MLA"
+    assert figures[-1].axes[0].get_title().startswith("MLA in e4m3")
     storage.value = "bf16"
     assert scaling.disabled
     count = len(drawn)
     context.value = 4096
-    assert len(drawn) == count + 1 and drawn[-1]["context"] == 4096
+    assert len(drawn) == len(figures) == count + 1 and drawn[-1]["context"] == 4096
+    assert len({id(fig) for fig in figures}) == 1  # one figure, updated in place
+
+
+@pytest.mark.parametrize("choices", [("GQA", 4, "e4m3", "tensor", 131_072), ("MLA", 4, "int8", "channel", 4096),
+                                     ("MHA", 4, "bf16", "tensor", 1_048_576), ("GQA", 16, "e5m2", "uncalibrated", 131_072)])
+def test_the_view_in_place_draws_what_a_fresh_figure_draws(choices):
+    view = panel.CacheShrinkView()
+    view.freeze()
+    for before in (("MQA", 2, "int8", "token", 8192), ("GQA", 8, "bf16", "tensor", choices[-1])):  # other states first
+        view.move(*before)
+        view.fig.canvas.draw()
+    view.move(*choices)
+    fresh = panel.draw_cache_shrink(*choices)
+    assert differing_pixels(view.fig, fresh) == 0
 
 
 def test_show_figure_renders_one_png_and_closes(monkeypatch):

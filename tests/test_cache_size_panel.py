@@ -8,6 +8,7 @@ matplotlib.use("Agg", force=True)
 
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
+from conftest import differing_pixels  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from helpers.models import MODELS, get_model, reshaped  # noqa: E402
@@ -23,11 +24,11 @@ def close_figures():
 
 
 def _marker_lines(ax):
-    return [line for line in ax.lines if line.get_marker() == "o"]
+    return [line for line in ax.lines if line.get_marker() == "o" and line.get_visible()]
 
 
 def _texts(ax):
-    return [t.get_text() for t in ax.texts]
+    return [t.get_text() for t in ax.texts if t.get_visible()]
 
 
 # ---- draw_cache_vs_tokens ----------------------------------------------------------------
@@ -37,15 +38,12 @@ def test_draw_returns_labelled_figure():
     fig = draw_cache_vs_tokens(get_model("Llama-2-7B"))
     assert isinstance(fig, Figure)
     (ax,) = fig.axes
-    assert ax.get_title() == "Llama-2-7B (published shape, MHA): cache vs weights"
+    assert ax.get_title().split("\n")[0] == "Llama-2-7B (published shape, MHA): cache vs weights"
     assert "GiB" in ax.get_ylabel()
     assert "tokens" in ax.get_xlabel() and "thousands" in ax.get_xlabel()
     legend = ax.get_legend()
-    assert legend is not None
-    labels = [t.get_text() for t in legend.get_texts()]
-    assert "KV cache, bf16, batch 1 (512 KiB/token/seq)" in labels
-    assert "weights, bf16: 12.6 GiB" in labels
-    assert "Llama-2-7B max context (4,096)" in labels
+    assert [t.get_text() for t in legend.get_texts()] == ["KV cache", "weights (bf16)", "the model's max context"]
+    assert ax.get_title().split("\n")[1] == "cache bf16, batch 1: 512 KiB/token/seq; weights 12.6 GiB; max context 4,096"
 
 
 def test_draw_cache_line_and_weights_line_values():
@@ -81,7 +79,7 @@ def test_draw_marker_follows_batch_and_dtype():
     assert cross <= 65_536
     assert marker.get_xdata()[0] == pytest.approx(cross / 1000)
     assert marker.get_ydata()[0] == pytest.approx(gib(model.cache_bytes(cross, 16, 1)))
-    assert "KV cache, fp8, batch 16 (64 KiB/token/seq)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "cache fp8, batch 16: 64 KiB/token/seq" in ax.get_title()
 
 
 def test_draw_windowed_model_bends_at_window_and_marks_crossover():
@@ -115,7 +113,7 @@ def test_draw_mistral_never_crosses():
 
 def test_draw_modified_shape_title():
     fig = draw_cache_vs_tokens(reshaped("Llama-2-7B", 32, 8, 128))
-    assert fig.axes[0].get_title() == "Llama-2-7B (modified shape, GQA): cache vs weights"
+    assert fig.axes[0].get_title().split("\n")[0] == "Llama-2-7B (modified shape, GQA): cache vs weights"
 
 
 def test_draw_rejects_unknown_dtype():
@@ -178,16 +176,15 @@ def _widgets(panel):
 
 @pytest.fixture
 def redraws(monkeypatch):
-    """Record what the panel displays and the figures it draws, one entry per redraw."""
+    """Record what the panel displays and the figure it shows, one entry per redraw."""
     record = {"displayed": [], "figures": []}
-    draw = panel_module.draw_cache_vs_tokens
+    show = panel_module.show_figure
 
-    def recording_draw(*args, **kwargs):
-        fig = draw(*args, **kwargs)
+    def recording_show(fig):
         record["figures"].append(fig)
-        return fig
+        show(fig)
 
-    monkeypatch.setattr(panel_module, "draw_cache_vs_tokens", recording_draw)
+    monkeypatch.setattr(panel_module, "show_figure", recording_show)
     monkeypatch.setattr("helpers.panels.output.display", record["displayed"].append)
     return record
 
@@ -218,7 +215,7 @@ def test_panel_starts_on_requested_model(redraws):
     assert w["model"].value == "Falcon-7B"
     assert (w["layers"].value, w["kv_heads"].value, w["head_dim"].value) == (32, 1, 64)
     assert list(w["kv_heads"].options) == [1, 71]
-    assert redraws["figures"][-1].axes[0].get_title() == "Falcon-7B (published shape, MQA): cache vs weights"
+    assert redraws["figures"][-1].axes[0].get_title().split("\n")[0] == "Falcon-7B (published shape, MQA): cache vs weights"
 
 
 def test_panel_rejects_unknown_model():
@@ -281,23 +278,37 @@ def test_each_change_redraws_with_current_values(redraws):
     figures = redraws["figures"]
     w = _widgets(cache_size_panel())
     assert len(figures) == 1
-    assert figures[-1].axes[0].get_title() == "Llama-2-7B (published shape, MHA): cache vs weights"
+    assert figures[-1].axes[0].get_title().split("\n")[0] == "Llama-2-7B (published shape, MHA): cache vs weights"
 
     w["kv_heads"].value = 8
     assert len(figures) == 2
-    assert figures[-1].axes[0].get_title() == "Llama-2-7B (modified shape, GQA): cache vs weights"
+    assert figures[-1].axes[0].get_title().split("\n")[0] == "Llama-2-7B (modified shape, GQA): cache vs weights"
 
     # The model change draws once, with the new model's published shape (sliders moved first).
     w["model"].value = "DeepSeek-V3"
     assert len(figures) == 3
-    assert figures[-1].axes[0].get_title() == "DeepSeek-V3 (published shape, MLA): cache vs weights"
+    assert figures[-1].axes[0].get_title().split("\n")[0] == "DeepSeek-V3 (published shape, MLA): cache vs weights"
 
     w["batch"].value = 4
     w["dtype"].value = "fp32"
     w["context"].value = 1_048_576
     assert len(figures) == 6
     ax = figures[-1].axes[0]
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert any(label.startswith("KV cache, fp32, batch 4 (137.25 KiB/token/seq)") for label in labels), labels
+    assert "cache fp32, batch 4: 137.25 KiB/token/seq" in ax.get_title()
     assert ax.get_xlim() == pytest.approx((0, 1048.576))
     assert len(redraws["displayed"]) == 6
+    assert len({id(fig) for fig in figures}) == 1  # one figure, updated in place
+
+
+@pytest.mark.parametrize("model, dtype, batch, context", [
+    ("Llama-2-7B", "bf16", 1, 131_072), ("Llama-3-8B", "fp8", 16, 65_536), ("Mistral-7B-v0.1", "bf16", 1, 131_072),
+    ("Llama-2-7B", "bf16", 1, 16_384), ("Gemma-2-9B", "fp32", 128, 1_048_576), ("Llama-2-7B", "bf16", 4, 131_072)])
+def test_the_view_in_place_draws_what_a_fresh_figure_draws(model, dtype, batch, context):
+    view = panel_module.CacheSizeView()
+    view.freeze()
+    for before in (("DeepSeek-V3", "fp32", 64, 4096), ("Falcon-7B", "bf16", 2, context)):  # other states first
+        view.move(get_model(before[0]), *before[1:])
+        view.fig.canvas.draw()
+    view.move(get_model(model), dtype, batch, context)
+    fresh = draw_cache_vs_tokens(get_model(model), dtype, batch, context)
+    assert differing_pixels(view.fig, fresh) == 0

@@ -8,6 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
+from conftest import differing_pixels
 
 from helpers.llama import LlamaConfig, LlamaForCausalLM, generate
 from helpers.panels import decode as panel
@@ -85,9 +86,10 @@ def test_draw_decode_step(steps):
     assert len(fig.axes) == 3  # cache bars, attention image, colorbar
     bars, attention, _ = fig.axes
     assert [p.get_width() for p in bars.patches] == pytest.approx([steps[2].cache_bytes / TINY.layers / 1024] * 2)
-    image = attention.get_images()[0].get_array()
-    assert image.shape == (TINY.layers * TINY.q_heads, steps[2].length)
-    np.testing.assert_allclose(np.asarray(image), steps[2].attention.reshape(-1, steps[2].length))
+    image = np.ma.filled(np.ma.asarray(attention.get_images()[0].get_array(), dtype=float), np.nan)
+    assert image.shape == (TINY.layers * TINY.q_heads, steps[-1].length)  # every position the generation caches
+    np.testing.assert_allclose(image[:, : steps[2].length], steps[2].attention.reshape(-1, steps[2].length))
+    assert np.isnan(image[:, steps[2].length:]).all()  # not cached yet: blank
     assert attention.get_title().startswith("step 2:")
     assert str((1, TINY.kv_heads, steps[2].length, TINY.head_dim)) in bars.get_title()
 
@@ -112,6 +114,18 @@ def test_panel_redraws_once_per_slider_move(model, monkeypatch):
     assert plt.get_fignums() == []  # each figure closed after it is shown
 
 
+def test_the_view_in_place_draws_what_a_fresh_figure_draws(steps):
+    view = panel.DecodeView(steps, PROMPT)
+    view.freeze()
+    for step in (NEW - 1, 0, 2, 1):  # back and forth over the frozen background
+        view.move(step)
+        fresh = panel.draw_decode_step(steps, step, PROMPT)
+        assert differing_pixels(view.fig, fresh) == 0, step
+        plt.close(fresh)
+    with pytest.raises(ValueError, match="between 0 and"):
+        view.move(NEW)
+
+
 def test_shown_layers_spreads_over_a_deep_model():
     assert panel.shown_layers(4) == [0, 1, 2, 3]
     assert panel.shown_layers(30) == [0, 6, 12, 17, 23, 29]
@@ -122,8 +136,8 @@ def test_draw_decode_step_with_chosen_layers_and_decoder(steps):
     fig = panel.draw_decode_step(steps, 1, PROMPT, decode=lambda ids: "".join(f"<{i}>" for i in ids), layers=[1])
     bars, attention, _ = fig.axes
     assert len(bars.patches) == TINY.layers  # the cache of every layer is still drawn
-    image = np.asarray(attention.get_images()[0].get_array())
-    np.testing.assert_allclose(image, steps[1].attention[1])  # only layer 1's heads
+    image = np.ma.filled(np.ma.asarray(attention.get_images()[0].get_array(), dtype=float), np.nan)
+    np.testing.assert_allclose(image[:, : steps[1].length], steps[1].attention[1])  # only layer 1's heads
     assert "<256><82>" in attention.get_title() or f"<{steps[1].token}>" in attention.get_title()
     with pytest.raises(ValueError, match="layers must be"):
         panel.draw_decode_step(steps, 1, PROMPT, layers=[TINY.layers])

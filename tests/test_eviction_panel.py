@@ -9,6 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+from conftest import differing_pixels
 
 from helpers import eviction_results as results
 from helpers.panels import eviction as panel
@@ -79,14 +80,6 @@ def test_unknown_measurement_is_named():
         results.perplexity(FAKE, "heavy", 100)
 
 
-def _pixels(fig):
-    import io
-
-    from PIL import Image
-    png = io.BytesIO()
-    fig.savefig(png, format="png")
-    return np.asarray(Image.open(png))
-
 
 def test_the_view_updates_in_place_as_a_fresh_figure_draws():
     view = panel.EvictionView(FAKE)
@@ -94,9 +87,7 @@ def test_the_view_updates_in_place_as_a_fresh_figure_draws():
     for policy, budget in (("heavy", 128), ("window", 256), ("sinks", 512), ("heavy", 256)):
         view.move(policy, budget)
         fresh = panel.draw_eviction(policy, budget, FAKE)
-        differ = (_pixels(view.fig) != _pixels(fresh)).any(-1).sum()
-        # only the tick marks on the image's left edge, drawn under the image instead of over it
-        assert differ <= 20, f"{policy}/{budget}: {differ} pixels differ"
+        assert differing_pixels(view.fig, fresh) == 0, f"{policy}/{budget}"
         plt.close(fresh)
     with pytest.raises(ValueError, match="budget one of"):
         view.move("heavy", 100)

@@ -9,6 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+from conftest import differing_pixels
 
 from helpers import flash
 from helpers.attention import softmax
@@ -97,14 +98,6 @@ def test_draw_online_step_every_step(block):
             online.draw_online_step(bad, block)
 
 
-def _pixels(fig):
-    import io
-
-    from PIL import Image
-    png = io.BytesIO()
-    fig.savefig(png, format="png")
-    return np.asarray(Image.open(png))
-
 
 def test_online_panel_wiring(monkeypatch, shown):
     figures = []
@@ -116,16 +109,16 @@ def test_online_panel_wiring(monkeypatch, shown):
     assert len(shown) == 1 and shown[0].data.startswith(b"\x89PNG")
     step.value = 3
     assert len(shown) == 2 and figures[-1] is figures[0]  # the same figure, updated in place
-    assert figures[-1].axes[0].get_title() == "after 3 of 4 blocks of 8"
+    assert figures[-1].axes[0].get_title().startswith("after 3 of 4 blocks of 8: m = ")
     block.value = 4
     assert step.max == 8 and len(shown) == 3 and figures[-1] is not figures[0]
     step.value = 8
-    assert figures[-1].axes[0].get_title() == "after 8 of 8 blocks of 4"
+    assert figures[-1].axes[0].get_title().startswith("after 8 of 8 blocks of 4: m = ")
     block.value = 16  # the slider must come back inside 0 .. 2 before anything is drawn: one render
     assert step.max == 2 and step.value == 2 and len(shown) == 5
-    assert figures[-1].axes[0].get_title() == "after 2 of 2 blocks of 16"
+    assert figures[-1].axes[0].get_title().startswith("after 2 of 2 blocks of 16: m = ")
     block.value = 8  # back to a figure drawn before
-    assert figures[-1] is figures[0] and figures[-1].axes[0].get_title() == "after 2 of 4 blocks of 8"
+    assert figures[-1] is figures[0] and figures[-1].axes[0].get_title().startswith("after 2 of 4 blocks of 8: m = ")
     assert not plt.get_fignums()  # shown, then closed out of pyplot: nothing piles up
 
 
@@ -137,7 +130,7 @@ def test_online_view_in_place_draws_what_a_fresh_figure_draws(block):
     for step in (0, 2, last, 1):  # back and forth over the frozen background
         view.move(step)
         fresh = online.draw_online_step(step, block)
-        assert np.array_equal(_pixels(view.fig), _pixels(fresh)), f"block {block}, step {step}"
+        assert differing_pixels(view.fig, fresh) == 0, f"block {block}, step {step}"
         plt.close(fresh)
 
 
@@ -154,9 +147,11 @@ def test_extra_memory(n, d, block_q, block_k, expected):
 
 
 def image_of(fig):
+    """The schedule image as visit numbers (the panel colours them from 0, first, to 1, last)."""
     left = fig.axes[0]
     (image,) = left.images
-    return np.ma.filled(np.ma.asarray(image.get_array(), dtype=float), np.nan)
+    share = np.ma.filled(np.ma.asarray(image.get_array(), dtype=float), np.nan)
+    return np.round(share * max(np.count_nonzero(~np.isnan(share)) - 1, 1))
 
 
 def test_draw_tiling_defaults():
@@ -219,6 +214,26 @@ def test_draw_tiling_bars(n, d, sram_kib, block_q, block_k, causal):
                                      flash_traffic(n, d, bq, bk, causal) * 2 / MIB, extra_flash / MIB], rel=1e-12)
     assert right.get_yscale() == "log" and "MiB" in right.get_ylabel()
     assert f"B_r={bq}, B_c={bk}" in right.get_title()
+
+
+def test_every_bar_fits_the_fixed_scale():
+    low, high = tiling.MIB_RANGE
+    sizes = []
+    for n in tiling.LENGTHS:
+        for d in (32, 64, 128):
+            for block_q, block_k in {flash_blocks(kib * 1024 // 2, d) for kib in tiling.SRAM_KIB} | {(16, 16), (256, 512)}:
+                sizes += [standard_traffic(n, d) * 2, flash_traffic(n, d, block_q, block_k), *flash.extra_memory(n, d, block_q, block_k)]
+    assert low < min(sizes) / MIB and max(sizes) / MIB * 10 < high  # a decade above the tallest: its ratio and the legend
+
+
+def test_tiling_view_in_place_draws_what_a_fresh_figure_draws():
+    view = tiling.TilingView()
+    view.freeze()
+    for kwargs in ({}, {"n": 16384, "causal": True}, {"n": 256, "d": 128, "sram_kib": 16}, {"block_q": 16, "block_k": 512}, {}):
+        view.move(**kwargs)
+        fresh = tiling.draw_tiling(**kwargs)
+        assert differing_pixels(view.fig, fresh) == 0, kwargs
+        plt.close(fresh)
 
 
 def test_tiling_panel_builds_and_redraws_once(shown):

@@ -6,6 +6,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 import pytest
+from conftest import differing_pixels
 
 from helpers.models import get_model
 from helpers.panels import output as panel_output
@@ -81,7 +82,7 @@ def test_shaded_region_starts_at_max_batch():
     assert fits == 59
     (span,) = fig.axes[0].patches
     assert span.get_x() == pytest.approx(fits)
-    assert any(f"max batch {fits}" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
+    assert span.get_visible() and f"max batch {fits}" in fig.axes[0].get_title()
 
 
 def test_shaded_region_follows_block_size_and_cache_format():
@@ -99,7 +100,8 @@ def test_shaded_region_follows_block_size_and_cache_format():
 def test_no_shaded_region_when_every_batch_fits():
     assert max_batch(LLAMA3_8B, get_chip("H200 SXM"), 1024, 2, 2, 16) >= 256
     fig = panel.draw_serving("Llama-3-8B", "H200 SXM", 16, 1024, 2, 16)
-    assert len(fig.axes[0].patches) == 0
+    (span,) = fig.axes[0].patches
+    assert not span.get_visible() and "every batch fits" in fig.axes[0].get_title()
 
 
 def test_shaded_region_covers_everything_when_the_weights_do_not_fit():
@@ -120,19 +122,34 @@ def test_memory_bars_stack_to_the_chip_when_it_fits():
 
 
 def test_panel_builds_and_one_change_redraws_once(monkeypatch):
-
-    shown, drawn = [], []
+    shown, figures = [], []
     monkeypatch.setattr(panel_output, "display", shown.append)
-    real_draw = panel.draw_serving
-    monkeypatch.setattr(panel, "draw_serving", lambda *args: drawn.append(args) or real_draw(*args))
+    real_show = panel.show_figure
+    monkeypatch.setattr(panel, "show_figure", lambda fig: figures.append(fig) or real_show(fig))
     box = panel.serving_panel()
     (model, chip, cache), (batch, context, block) = (v.children for v in box.children[0].children)
     assert len(shown) == 1 and shown[0].data.startswith(b"\x89PNG")
-    assert drawn == [("Llama-3-8B", "H100 SXM", 16, 8192, 2, 16)]
+    left, right = figures[-1].axes
+    assert left.get_title().startswith("Llama-3-8B on H100 SXM, 8,192 tokens each\nbatch 16:")
     batch.value = 64
-    assert len(shown) == 2 and drawn[-1] == ("Llama-3-8B", "H100 SXM", 64, 8192, 2, 16)
+    assert len(shown) == 2 and "batch 64:" in left.get_title()
     chip.value = "H200 SXM"
-    assert len(shown) == 3 and drawn[-1][1] == "H200 SXM"
+    assert len(shown) == 3 and "on H200 SXM" in left.get_title()
+    assert len({id(fig) for fig in figures}) == 1  # one figure, updated in place
     assert model.options and all(get_model(m).max_context >= 4096 for m in model.options)
     assert "GPT-2 small" not in model.options
-    assert not plt.get_fignums()  # each figure closed once shown
+    assert not plt.get_fignums()  # shown, then closed out of pyplot: nothing piles up
+
+
+@pytest.mark.parametrize("choices", [
+    ("Llama-3-8B", "H100 SXM", 16, 8192, 2, 16), ("Llama-3-70B", "A100 40GB SXM", 1, 1024, 2, 16),
+    ("Llama-3-8B", "H200 SXM", 256, 1024, 1, 1), ("Llama-3-8B", "A100 40GB SXM", 64, 131072, 2, 256)])
+def test_the_view_in_place_draws_what_a_fresh_figure_draws(choices):
+    view = panel.ServingView()
+    view.freeze()
+    for before in (("Llama-3-8B", "H200 SXM", 2, 65536, 1, 8), choices[:2] + (128, 2048, 2, 64)):  # other states first
+        view.move(*before)
+        view.fig.canvas.draw()
+    view.move(*choices)
+    fresh = panel.draw_serving(*choices)
+    assert differing_pixels(view.fig, fresh) == 0

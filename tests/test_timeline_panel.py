@@ -1,7 +1,6 @@
 """The lesson 07 panel: real engine runs of the course model drawn as requests x steps; the
 cells follow the step records; a step move only moves the cursor and rewrites the caption."""
 
-import io
 
 import matplotlib
 
@@ -10,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
-from PIL import Image
+from conftest import differing_pixels
 
 from helpers.engine import Engine, Request, StepRecord, summary, workload
 from helpers.llama import load_course_model
@@ -48,12 +47,6 @@ def runs():
     assert figures["continuous + prefix cache"]["cached_prompt_tokens"] > 0
     assert figures["continuous"]["steps"] < figures["static"]["steps"]
     return out
-
-
-def _png(fig) -> np.ndarray:
-    png = io.BytesIO()
-    fig.savefig(png, format="png")
-    return np.asarray(Image.open(png))
 
 
 def _expected_cell(request, step, records):
@@ -166,7 +159,7 @@ def test_a_step_move_updates_the_same_figure_in_place(runs, monkeypatch):
     assert len(shown) == 4 and len(set(map(id, figures))) == 1
     assert not plt.get_fignums()  # shown, then closed out of pyplot: nothing piles up
     # the frozen axes paste the same pixels as a figure drawn from scratch
-    assert np.array_equal(_png(fig), _png(panel.draw_timeline(runs, "static", 7, POOLS)))
+    assert differing_pixels(fig, panel.draw_timeline(runs, "static", 7, POOLS)) == 0
 
 
 def test_the_dropdown_switches_runs_and_clamps_the_slider(runs, monkeypatch):

@@ -3,7 +3,8 @@
 Run with ``make browser-test`` (it installs Playwright for Python and Debian's chromium first).
 JupyterLab starts on a free local port; headless Chromium opens each lesson, runs all its
 cells, and checks that no cell shows an error, that every widget panel renders as widgets (not
-as text), and that moving a panel's first slider changes its plot. Screenshots of each panel go
+as text), that moving each panel's first slider changes its plot, and that quick moves of a
+lesson's first panel draw only the latest value. Screenshots of each panel go
 to ``test-artifacts/browser/``. The static site is built and each page is opened from a local
 HTTP server: it must load with the figures its notebook stores, and, with every request beyond
 that server refused (as offline), render its formulas and draw its stored widget views.
@@ -121,6 +122,45 @@ def _run_all_and_wait(page) -> None:
         }""", timeout=180_000, polling=500)
 
 
+def _last_image(panel) -> str:
+    return panel.locator("img").last.get_attribute("src")
+
+
+def _wait_for_new_image(panel, old: str) -> None:
+    panel.page.wait_for_function(
+        """([el, old]) => { const imgs = el.querySelectorAll('img');
+                            return imgs.length && imgs[imgs.length - 1].getAttribute('src') !== old; }""",
+        arg=[panel.element_handle(), old], timeout=30_000)
+
+
+def _quick_moves_draw_the_latest_value(page, panel, handle, lesson: str, presses: int = 8) -> None:
+    """Presses a slider's key faster than the kernel redraws: the widgets' frontend sends only the
+    latest value once the kernel is idle, so fewer plots than presses are drawn, and the last plot
+    is the last value's (the same picture as moving away and back to it one step at a time)."""
+    panel.evaluate("""el => { el._drawn = [];
+        new MutationObserver(() => { const imgs = el.querySelectorAll('img');
+            const src = imgs.length ? imgs[imgs.length - 1].getAttribute('src') : null;
+            if (src && src !== el._drawn[el._drawn.length - 1]) el._drawn.push(src); })
+          .observe(el, {childList: true, subtree: true, attributes: true}); }""")
+    readout = panel.locator(".widget-readout").first
+    start = readout.inner_text()
+    for _ in range(presses):
+        page.keyboard.press("ArrowLeft")
+    for _ in range(2):  # idle after the last plot: the kernel may go idle between two of them
+        page.get_by_text("Python (KV course) | Idle").wait_for(timeout=30_000)
+        page.wait_for_timeout(1500)
+    drawn = panel.evaluate("el => el._drawn")
+    latest = _last_image(panel)
+    assert readout.inner_text() != start and drawn and drawn[-1] == latest, f"{lesson}: {len(drawn)} plots"
+    assert len(drawn) < presses, f"{lesson}: {presses} quick presses drew {len(drawn)} plots, one per press"
+    handle.focus()
+    page.keyboard.press("ArrowRight")
+    _wait_for_new_image(panel, latest)
+    page.keyboard.press("ArrowLeft")
+    _wait_for_new_image(panel, _last_image(panel))
+    assert _last_image(panel) == latest, f"{lesson}: the last quick plot is not the last value's"
+
+
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_lesson_runs_in_jupyterlab_with_live_widgets(browser, lab, lesson):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -132,23 +172,23 @@ def test_lesson_runs_in_jupyterlab_with_live_widgets(browser, lab, lesson):
         errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
         assert errors.count() == 0, f"{lesson}: a cell shows an error:\n{errors.first.inner_text()[:2000]}"
         page.wait_for_selector(".noUi-handle", timeout=60_000)
-        handles = page.locator(".noUi-handle")
         text_outputs = " ".join(page.locator(".jp-OutputArea-output pre").all_inner_texts())
         assert "VBox(children" not in text_outputs and "interactive(children" not in text_outputs, \
             f"{lesson}: a widget panel rendered as text (is the JupyterLab widgets extension installed?)"
-        handle = handles.first
-        handle.scroll_into_view_if_needed()
-        output = handle.locator("xpath=ancestor::div[contains(@class, 'jp-OutputArea-output')][1]")
-        output.locator("img").first.wait_for(timeout=30_000)
-        before = output.locator("img").last.get_attribute("src")
-        output.screenshot(path=str(ARTIFACTS / f"{Path(lesson).stem}-before.png"))
-        handle.focus()
-        page.keyboard.press("End")
-        page.wait_for_function(
-            """([el, old]) => { const imgs = el.querySelectorAll('img');
-                                return imgs.length && imgs[imgs.length - 1].getAttribute('src') !== old; }""",
-            arg=[output.element_handle(), before], timeout=30_000)
-        output.screenshot(path=str(ARTIFACTS / f"{Path(lesson).stem}-after.png"))
+        panels = page.locator(".jp-CodeCell").filter(has=page.locator(".noUi-handle"))
+        for n in range(panels.count()):  # every panel: its first slider moves its plot
+            panel = panels.nth(n)
+            panel.scroll_into_view_if_needed()
+            panel.locator("img").first.wait_for(timeout=30_000)
+            before = _last_image(panel)
+            panel.screenshot(path=str(ARTIFACTS / f"{Path(lesson).stem}-{n}-before.png"))
+            handle = panel.locator(".noUi-handle").first
+            handle.focus()
+            page.keyboard.press("End")
+            _wait_for_new_image(panel, before)
+            panel.screenshot(path=str(ARTIFACTS / f"{Path(lesson).stem}-{n}-after.png"))
+            if n == 0:
+                _quick_moves_draw_the_latest_value(page, panel, handle, lesson)
     finally:
         page.close()
 

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 
 from helpers.kv_cache_size import LAYOUTS, cache_bytes, layout_bytes_per_token
 from helpers.kv_quant import measured_errors
-from helpers.panels.output import show_figure
+from helpers.panels.output import freeze, show_figure
 from helpers.units import gib
 
 STORAGE = ("bf16", "int8", "e4m3", "e5m2")  # the formats the panel offers (bytes: helpers.units.DTYPE_BYTES)
@@ -21,47 +21,85 @@ SCALINGS = ("tensor", "channel", "token", "uncalibrated")
 CONTEXTS = [2**k for k in range(12, 21)]
 
 
+class CacheShrinkView:
+    """The panel's figure, drawn once; ``move(...)`` (the arguments of ``draw_cache_shrink``) updates it in place.
+
+    Left: the cache holding ``context`` tokens (one sequence, or a batch's total) for MHA bf16, the
+    layout in bf16, and the layout in ``storage``. Right: the measured attention-output error of that
+    storage. The left x axis follows the context only, so the frozen parts (``helpers.panels.output.freeze``)
+    are kept per context; a move redraws the bars, their names and numbers, and the titles.
+    """
+
+    def __init__(self):
+        fig, (left, right) = plt.subplots(1, 2, figsize=(9.5, 3.6), dpi=80, gridspec_kw={"width_ratios": [1.4, 1]})
+        self.fig, self.left, self.right = fig, left, right
+        self.bars = left.barh(range(3), [0, 0, 0], color=["tab:grey", "tab:blue", "tab:green"])
+        self.sizes = [left.text(0, i, "", va="center", fontsize=8) for i in range(3)]
+        left.invert_yaxis()
+        left.set_title(" ", y=1.01)  # fixed y: no layout pass
+
+        labels = ["keys stored", "values stored"]
+        self.errors = right.bar(labels, [1, 1], color=["tab:orange", "tab:purple"])
+        bf16 = measured_errors("bf16", "none")
+        self.bf16 = right.scatter(labels, [100 * bf16["keys"]["output"], 100 * bf16["values"]["output"]], marker="_",
+                                  s=900, color="black", zorder=3, label="bf16, for comparison")
+        self.legend = right.legend(loc="upper right", fontsize=8)
+        self.percents = [right.text(i, 1, "", ha="center", va="bottom", fontsize=9) for i in range(2)]
+        right.set_yscale("log")
+        right.set_ylim(0.05, 300)
+        right.set_yticks([0.1, 1, 10, 100], ["0.1", "1", "10", "100"])
+        right.minorticks_off()  # fewer ticks to lay out: part of keeping a redraw fast
+        right.set_ylabel("attention output error (%)")
+        right.set_title(" ", y=1.01)
+        fig.subplots_adjust(left=0.2, right=0.98, bottom=0.16, top=0.88, wspace=0.35)
+        self.context, self.frozen = None, None
+
+    def freeze(self) -> None:
+        """Keep the unchanging parts' pixels, per context, from the next render on."""
+        if self.frozen is None:
+            left, right = self.left, self.right
+            self.frozen = freeze(self.fig, [left.yaxis, *self.bars, *self.sizes, left.title, *self.errors, self.bf16,
+                                            self.legend, *self.percents, right.title, *left.spines.values(),
+                                            *right.spines.values()], key=lambda: self.context)
+
+    def move(self, layout: str = "GQA", group: int = 4, storage: str = "e4m3", scaling: str = "tensor",
+             context: int = 131072) -> None:
+        """Show ``layout`` (GQA in groups of ``group``) stored in ``storage`` with ``scaling``, for ``context`` tokens."""
+        name = f"GQA, groups of {group}" if layout == "GQA" else layout
+        bars = [("MHA, bf16", layout_bytes_per_token("MHA")), (f"{name}, bf16", layout_bytes_per_token(layout, group)),
+                (f"{name}, {storage}", layout_bytes_per_token(layout, group, storage))]
+        errors = measured_errors(storage, scaling)
+        baseline = bars[0][1]
+        left, right = self.left, self.right
+        sizes = [gib(cache_bytes(context, per_token)) for _, per_token in bars]
+        for i, (bar, text, (_, per_token), size) in enumerate(zip(self.bars, self.sizes, bars, sizes)):
+            bar.set_width(size)
+            text.set_position((size, i))
+            text.set_text(f" {size:,.2f} GiB ({baseline / per_token:.3g}x smaller)" if i else f" {size:,.1f} GiB")
+        left.set_yticks(range(3), [b[0] for b in bars])
+        left.set_xlim(0, sizes[0] * 1.6)
+        left.set_xlabel(f"KV cache holding {context:,} tokens, one sequence or a batch's total (GiB)")
+        left.set_title(f"{name} in {storage}: {bars[-1][1]:,} bytes per token", y=1.01)
+
+        values = [100 * errors["keys"]["output"], 100 * errors["values"]["output"]]
+        for bar, text, value in zip(self.errors, self.percents, values):
+            bar.set_height(value)
+            text.set_y(value)
+            text.set_text(f"{value:.2g}%")
+        right.set_title(f"measured: {storage}" + ("" if storage == "bf16" else f", {scaling} scale"), y=1.01)
+        self.context = context
+
+
 def draw_cache_shrink(layout: str = "GQA", group: int = 4, storage: str = "e4m3", scaling: str = "tensor",
                       context: int = 131072):
-    """Left: cache holding ``context`` tokens (one sequence, or a batch's total) for MHA bf16, the layout in bf16, and the layout
-    in ``storage``. Right: the measured attention-output error of that storage. Returns the Figure."""
-    name = f"GQA, groups of {group}" if layout == "GQA" else layout
-    bars = [("MHA, bf16", layout_bytes_per_token("MHA")), (f"{name}, bf16", layout_bytes_per_token(layout, group)),
-            (f"{name}, {storage}", layout_bytes_per_token(layout, group, storage))]
-    baseline = bars[0][1]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9.5, 3.6), dpi=80, gridspec_kw={"width_ratios": [1.4, 1]})
-    sizes = [gib(cache_bytes(context, per_token)) for _, per_token in bars]
-    left.barh([b[0] for b in bars], sizes, color=["tab:grey", "tab:blue", "tab:green"])
-    for i, ((_, per_token), size) in enumerate(zip(bars, sizes)):
-        left.text(size, i, f" {size:,.2f} GiB ({baseline / per_token:.3g}x smaller)" if i else f" {size:,.1f} GiB",
-                  va="center", fontsize=8)
-    left.invert_yaxis()
-    left.set_xlim(0, sizes[0] * 1.6)
-    left.set_xlabel(f"KV cache holding {context:,} tokens, one sequence or a batch's total (GiB)")
-    left.set_title(f"{name} in {storage}: {bars[-1][1]:,} bytes per token", y=1.01)  # fixed y: no layout pass
-
-    errors = measured_errors(storage, scaling)
-    labels = ["keys stored", "values stored"]
-    values = [100 * errors["keys"]["output"], 100 * errors["values"]["output"]]
-    right.bar(labels, values, color=["tab:orange", "tab:purple"])
-    bf16 = measured_errors("bf16", "none")
-    right.scatter(labels, [100 * bf16["keys"]["output"], 100 * bf16["values"]["output"]], marker="_", s=900,
-                  color="black", zorder=3, label="bf16, for comparison")
-    right.legend(loc="upper right", fontsize=8)
-    for i, v in enumerate(values):
-        right.text(i, v, f"{v:.2g}%", ha="center", va="bottom", fontsize=9)
-    right.set_yscale("log")
-    right.set_ylim(0.05, 300)
-    right.set_yticks([0.1, 1, 10, 100], ["0.1", "1", "10", "100"])
-    right.minorticks_off()  # fewer ticks to lay out: part of keeping a redraw fast
-    right.set_ylabel("attention output error (%)")
-    right.set_title(f"measured: {storage}" + ("" if storage == "bf16" else f", {scaling} scale"), y=1.01)
-    fig.subplots_adjust(left=0.2, right=0.98, bottom=0.16, top=0.88, wspace=0.35)
-    return fig
-
-
-def _show(**choices):
-    show_figure(draw_cache_shrink(**choices))
+    """The figure of ``CacheShrinkView`` for these choices. Returns the Figure."""
+    view = CacheShrinkView()
+    try:
+        view.move(layout, group, storage, scaling, context)
+    except ValueError:
+        plt.close(view.fig)
+        raise
+    return view.fig
 
 
 def cache_shrink_panel() -> widgets.VBox:
@@ -82,5 +120,12 @@ def cache_shrink_panel() -> widgets.VBox:
     storage.observe(enable, names="value")
     enable()
     controls = dict(layout=layout, group=group, storage=storage, scaling=scaling, context=context)
-    out = widgets.interactive_output(_show, controls)
+    view = CacheShrinkView()
+    view.freeze()
+
+    def show(**choices):
+        view.move(**choices)
+        show_figure(view.fig)
+
+    out = widgets.interactive_output(show, controls)
     return widgets.VBox([layout, widgets.HBox([widgets.VBox([group, context]), widgets.VBox([storage, scaling])]), out])

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 
 from helpers.models import MODELS, ModelConfig, get_model, reshaped
-from helpers.panels.output import show_figure
+from helpers.panels.output import freeze, show_figure
 from helpers.units import bytes_per_element, format_bytes, gib
 
 CONTEXTS = [2**k for k in range(10, 21)]  # 1,024 .. 1,048,576 tokens
@@ -19,50 +20,90 @@ HEAD_DIMS = [32, 64, 80, 96, 128, 192, 256]
 DTYPES = [("fp32 (4 bytes)", "fp32"), ("bf16 / fp16 (2 bytes)", "bf16"), ("fp8 / int8 (1 byte)", "fp8")]
 
 
+class CacheSizeView:
+    """The panel's figure, drawn once; ``move(model, dtype, batch, context)`` updates it in place.
+
+    The legend names the lines and stays put (drawn under them); the numbers are in the title.
+    The x axis follows the context only, so the frozen parts (``helpers.panels.output.freeze``) are
+    kept per context; a move redraws the lines, the y axis, the note and the title.
+    """
+
+    def __init__(self):
+        fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=80)
+        self.fig, self.ax = fig, ax
+        (self.cache,) = ax.plot([], [], lw=2.5, label="KV cache")
+        self.weights = ax.axhline(0, color="tab:red", ls="--", label="weights (bf16)")
+        self.max_context = ax.axvline(0, color="grey", ls=":", label="the model's max context")
+        (self.cross,) = ax.plot([], [], "ko", ms=8, zorder=3)
+        self.note = ax.annotate("", (0, 0), xytext=(0, 0), textcoords="offset points")
+        self.never = ax.text(0.02, 0.5, "", transform=ax.transAxes, bbox=dict(facecolor="white", edgecolor="none"))
+        ax.set_xlabel("tokens per sequence (thousands)")
+        ax.set_ylabel("memory (GiB)")
+        ax.yaxis.set_major_locator(MaxNLocator(5))  # few labels to draw on every move
+        ax.set_title(" ", y=1.01, fontsize=10)  # fixed y: no layout pass
+        ax.legend(loc="upper left", fontsize=8).set_zorder(0.5)  # under the lines, as the frozen parts are
+        fig.subplots_adjust(left=0.09, right=0.98, bottom=0.12, top=0.88)  # fixed: tight_layout costs a draw
+        self.context, self.frozen = None, None
+
+    def freeze(self) -> None:
+        """Keep the unchanging parts' pixels, per context, from the next render on."""
+        if self.frozen is None:
+            ax = self.ax
+            self.frozen = freeze(self.fig, [ax.yaxis, self.cache, self.weights, self.max_context, self.cross, self.note,
+                                            self.never, ax.title, *ax.spines.values()], key=lambda: self.context)
+
+    def move(self, model: ModelConfig, dtype: str = "bf16", batch: int = 1, context: int = 131072) -> None:
+        """Show the cache (GiB) of ``batch`` sequences of ``model`` in ``dtype`` against tokens
+        0..``context``, the weights (bf16) as a line, and where the cache passes them."""
+        bpe = bytes_per_element(dtype)
+        weights = model.weight_bytes(2)
+        # The cache is piecewise linear (a window bends it), so its corners draw it exactly.
+        corners = sorted({0, context} | ({model.window} if model.window and model.window < context else set()))
+        cache = [model.cache_bytes(t, batch, bpe) for t in corners]
+        ax = self.ax
+        self.cache.set_data([t / 1000 for t in corners], [gib(c) for c in cache])
+        self.weights.set_ydata([gib(weights)] * 2)
+        self.max_context.set_xdata([model.max_context / 1000] * 2)
+        self.max_context.set_visible(model.max_context <= context)
+        cross = model.crossover_tokens(batch, bpe)
+        crosses = cross is not None and cross <= context
+        self.cross.set_data(([cross / 1000], [gib(model.cache_bytes(cross, batch, bpe))]) if crosses else ([], []))
+        for artist, shown in ((self.cross, crosses), (self.note, crosses), (self.never, not crosses)):
+            artist.set_visible(shown)
+        if crosses:
+            right_half = cross > context / 2
+            low_line = weights < 0.5 * max(weights, cache[-1])  # room above the weights line?
+            self.note.set_text(f"cache > weights\nfrom {cross:,} tokens")
+            self.note.xy = (cross / 1000, gib(weights))
+            self.note.xyann = (-10 if right_half else 10, 12 if low_line else -40)
+            self.note.set_horizontalalignment("right" if right_half else "left")
+            self.never.set_text("")
+        else:
+            where = "never (windowed cache)" if cross is None else f"only at {cross:,} tokens"
+            self.never.set_text(f"cache passes weights: {where}")
+            self.note.set_text("")
+        shape = "published shape" if MODELS.get(model.name) == model else "modified shape"
+        ax.set_title(f"{model.name} ({shape}, {model.attention}): cache vs weights\n"
+                     f"cache {dtype}, batch {batch}: {format_bytes(model.kv_bytes_per_token(bpe))}/token/seq; "
+                     f"weights {gib(weights):,.1f} GiB; max context {model.max_context:,}", y=1.01, fontsize=10)
+        ax.set_xlim(0, context / 1000)
+        ax.set_ylim(0, 1.05 * gib(max(weights, cache[-1])))  # the cache never falls: its last corner is its top
+        self.context = context
+
+
 def draw_cache_vs_tokens(model: ModelConfig, dtype: str = "bf16", batch: int = 1, context: int = 131072):
     """Plot cache (GiB) for ``batch`` sequences against tokens 0..context, weights (bf16) as a line.
 
     Marks the token count where the cache passes the weights when it lies within ``context``.
-    Returns the matplotlib Figure.
+    Returns the matplotlib Figure (a ``CacheSizeView``'s).
     """
-    bpe = bytes_per_element(dtype)
-    weights = model.weight_bytes(2)
-    # The cache is piecewise linear (a window bends it), so its corners draw it exactly.
-    corners = sorted({0, context} | ({model.window} if model.window and model.window < context else set()))
-    cache = [model.cache_bytes(t, batch, bpe) for t in corners]
-
-    fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=80)
-    ax.plot([t / 1000 for t in corners], [gib(c) for c in cache], lw=2.5,
-            label=f"KV cache, {dtype}, batch {batch} ({format_bytes(model.kv_bytes_per_token(bpe))}/token/seq)")
-    ax.axhline(gib(weights), color="tab:red", ls="--", label=f"weights, bf16: {gib(weights):,.1f} GiB")
-    if model.max_context <= context:
-        ax.axvline(model.max_context / 1000, color="grey", ls=":",
-                   label=f"{model.name} max context ({model.max_context:,})")
-    cross = model.crossover_tokens(batch, bpe)
-    if cross is not None and cross <= context:
-        ax.plot([cross / 1000], [gib(model.cache_bytes(cross, batch, bpe))], "ko", ms=8, zorder=3)
-        right_half = cross > context / 2
-        low_line = weights < 0.5 * max(weights, cache[-1])  # room above the weights line?
-        ax.annotate(f"cache > weights\nfrom {cross:,} tokens", (cross / 1000, gib(weights)),
-                    xytext=(-10 if right_half else 10, 12 if low_line else -40), textcoords="offset points",
-                    ha="right" if right_half else "left")
-    else:
-        where = "never (windowed cache)" if cross is None else f"only at {cross:,} tokens"
-        ax.text(0.02, 0.8, f"cache passes weights: {where}", transform=ax.transAxes,
-                bbox=dict(facecolor="white", edgecolor="none"))
-    ax.set_xlabel("tokens per sequence (thousands)")
-    ax.set_ylabel("memory (GiB)")
-    shape = "published shape" if MODELS.get(model.name) == model else "modified shape"
-    ax.set_title(f"{model.name} ({shape}, {model.attention}): cache vs weights", y=1.01)  # fixed y: no layout pass
-    ax.set_xlim(0, context / 1000)
-    ax.set_ylim(0, None)
-    ax.legend(loc="best", fontsize=8)
-    fig.subplots_adjust(left=0.09, right=0.98, bottom=0.12, top=0.92)  # fixed: tight_layout costs a draw
-    return fig
-
-
-def _show(model, layers, kv_heads, head_dim, dtype, batch, context):
-    show_figure(draw_cache_vs_tokens(reshaped(model, layers, kv_heads, head_dim), dtype, batch, context))
+    view = CacheSizeView()
+    try:
+        view.move(model, dtype, batch, context)
+    except ValueError:
+        plt.close(view.fig)
+        raise
+    return view.fig
 
 
 def cache_size_panel(model: str = "Llama-2-7B", batch: int = 1, context: int = 131072) -> widgets.VBox:
@@ -95,9 +136,13 @@ def cache_size_panel(model: str = "Llama-2-7B", batch: int = 1, context: int = 1
     pick.observe(load, names="value")  # registered first, so the sliders move before the redraw
     load()
 
-    def show(**params):
+    view = CacheSizeView()
+    view.freeze()
+
+    def show(model, layers, kv_heads, head_dim, dtype, batch, context):
         if not quiet["on"]:
-            _show(**params)
+            view.move(reshaped(model, layers, kv_heads, head_dim), dtype, batch, context)
+            show_figure(view.fig)
 
     controls = dict(model=pick, layers=layers, kv_heads=kv_heads, head_dim=head_dim,
                     dtype=dtype, batch=batch, context=context)

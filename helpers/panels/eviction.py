@@ -37,6 +37,7 @@ class EvictionView:
                               vmin=0, vmax=2, aspect="auto", interpolation="nearest")
         a.set_xlabel("position in the text")
         a.set_ylabel("layer x K/V head (layer 0 at the top)")
+        a.tick_params(length=0)  # no tick marks over the image's edges, which move (the labels stay)
         self.points = {}
         self.lines = {}
         for name in POLICIES:

@@ -20,9 +20,9 @@ class OnlineStepView:
     """The figure of one row's online softmax, drawn once; ``move(step)`` updates it in place.
 
     Three axes: the scores (this block red, seen blue, not yet grey) and the running max m; m and l
-    after each block; the partial output o against the exact one. Axis limits cover every step, so
-    a move changes only bar colours and heights, line data and titles: the rest is frozen
-    (``helpers.panels.output.freeze``) after ``freeze()``.
+    after each block; the partial output o against the exact one. Axis limits cover every step and
+    the legends name the lines (drawn under them), so a move changes only bar colours and heights,
+    line data and titles: the rest is frozen (``helpers.panels.output.freeze``) after ``freeze()``.
     """
 
     def __init__(self, block: int = 8, seed: int = 3):
@@ -32,8 +32,8 @@ class OnlineStepView:
         fig, (a, b, c) = plt.subplots(1, 3, figsize=(10.5, 3.3), dpi=80, gridspec_kw={"width_ratios": [1.6, 1, 1]})
         self.fig = fig
         self.score_bars = a.bar(np.arange(len(scores)), scores, color="lightgrey")
-        self.m_line = a.axhline(scores.max(), color="black", ls="--", lw=1, label="m")
-        self.m_legend = a.legend(loc="upper left", fontsize=8)
+        self.m_line = a.axhline(scores.max(), color="black", ls="--", lw=1, label="m, the running max")
+        a.legend(loc="upper left", fontsize=8).set_zorder(0.5)  # the legends stay put, under the data
         a.set_xlabel("key position (red: this block, blue: seen, grey: not yet)")
         a.set_ylabel("score")
 
@@ -45,7 +45,7 @@ class OnlineStepView:
         low, high = min(ms + ls), max(ms + ls)
         b.set_ylim(low - 0.08 * (high - low), high + 0.08 * (high - low))
         b.set_xlabel("block")
-        self.b_legend = b.legend(fontsize=8, loc="lower right")
+        b.legend(fontsize=8, loc="lower right").set_zorder(0.5)
 
         self.exact = softmax(scores) @ values
         x = np.arange(values.shape[1])
@@ -54,13 +54,13 @@ class OnlineStepView:
         every = np.concatenate([self.exact] + [state["o"] for state in self.states] + [[0.0]])
         c.set_ylim(every.min() - 0.1 * np.ptp(every), every.max() + 0.1 * np.ptp(every))
         c.set_xticks(x, [f"o[{i}]" for i in x])
-        self.c_legend = c.legend(fontsize=8, loc="lower right")
+        c.legend(fontsize=8, loc="lower right").set_zorder(0.5)
         for ax in (a, b, c):
             ax.set_title(" ", y=1.01)
         fig.subplots_adjust(left=0.06, right=0.99, bottom=0.17, top=0.88, wspace=0.3)
-        # what a move changes, and the legends the moving lines and bars may pass under
-        self.moving = [*self.score_bars, self.m_line, self.m_legend, self.m_plot, self.l_plot, self.b_legend,
-                       *self.o_bars, self.c_legend, a.title, b.title, c.title, *a.spines.values()]
+        # what a move changes, and the spines the bars touch
+        self.moving = [*self.score_bars, self.m_line, self.m_plot, self.l_plot, *self.o_bars, a.title, b.title,
+                       c.title, *a.spines.values()]
         self.frozen = None
 
     def freeze(self) -> None:
@@ -81,11 +81,10 @@ class OnlineStepView:
         for bar, now, was in zip(self.score_bars, current, seen):
             bar.set_color("tab:red" if now else "tab:blue" if was else "lightgrey")
         self.m_line.set_visible(step > 0)
-        self.m_legend.set_visible(step > 0)
         if step:
             self.m_line.set_ydata([state["m"], state["m"]])
-            self.m_legend.get_texts()[0].set_text(f"m = {state['m']:.2f}")
-        a.set_title(f"after {step} of {len(states) - 1} blocks of {self.block}", y=1.01)
+        a.set_title(f"after {step} of {len(states) - 1} blocks of {self.block}" + (f": m = {state['m']:.2f}" if step else ""),
+                    y=1.01)
         steps = np.arange(1, step + 1)
         self.m_plot.set_data(steps, [s["m"] for s in states[1:step + 1]])
         self.l_plot.set_data(steps, [s["l"] for s in states[1:step + 1]])

@@ -12,54 +12,97 @@ import math
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.ticker import FuncFormatter
 
 from helpers.flash import extra_memory, flash_blocks, flash_traffic, standard_traffic, tile_mask
-from helpers.panels.output import show_figure
+from helpers.panels.output import freeze, show_figure
 
 BYTES = 2  # fp16/bf16 elements
 LENGTHS = [256, 512, 1024, 2048, 4096, 8192, 16384]
 SRAM_KIB = [16, 32, 64, 128, 192, 256]
 
 
+MIB_RANGE = (1e-3, 1e6)  # every bar the controls can make lies inside (tests/test_lesson03_panels.py checks)
+
+
+class TilingView:
+    """The panel's figure, drawn once; ``move(n, d, sram_kib, block_q, block_k, causal)`` updates it in place.
+
+    Left: the tile schedule, coloured from the first tile visited to the last, in axes that stay
+    the same whatever the grid (its size is in the labels). Right: HBM traffic and extra memory of
+    both algorithms on a fixed log scale. So only the image, the bars, the ratios, the labels and
+    the titles move; the rest is frozen (``helpers.panels.output.freeze``) after ``freeze()``.
+    """
+
+    def __init__(self):
+        fig, (a, b) = plt.subplots(1, 2, figsize=(9.5, 3.8), dpi=80, gridspec_kw={"width_ratios": [1, 1.2]})
+        self.fig, self.a, self.b = fig, a, b
+        self.image = a.imshow(np.zeros((1, 1)), cmap="viridis", vmin=0, vmax=1, aspect="auto",
+                              interpolation="nearest", extent=(0, 1, 1, 0))
+        bar = fig.colorbar(self.image, ax=a, ticks=[0, 1], label="visit order")
+        bar.ax.set_yticklabels(["first", "last"])
+        a.set_xticks([])
+        a.set_yticks([])
+        a.set_title(" ", y=1.01)  # fixed y: no layout pass
+
+        x = np.arange(2)
+        self.standard = b.bar(x - 0.2, [1, 1], width=0.4, label="standard", color="tab:red")
+        self.flash = b.bar(x + 0.2, [1, 1], width=0.4, label="FlashAttention", color="tab:green")
+        self.ratios = [b.text(xi, 1, "", ha="center", va="bottom") for xi in x]
+        b.set_yscale("log")
+        b.set_ylim(*MIB_RANGE)
+        decades = [10.0**k for k in range(-3, 7)]
+        b.set_yticks(decades, [f"{value:g}" for value in decades])  # plain text: no mathtext to lay out
+        b.minorticks_off()
+        b.set_xticks(x, ["HBM traffic", "extra memory"])
+        b.set_ylabel("MiB (2-byte elements)")
+        b.set_title(" ", y=1.01)
+        b.legend(fontsize=8, loc="upper left")  # above every bar and ratio
+        fig.subplots_adjust(left=0.08, right=0.98, bottom=0.14, top=0.9, wspace=0.45)
+        self.frozen = None
+
+    def freeze(self) -> None:
+        """Keep the unchanging parts' pixels from the next render on."""
+        if self.frozen is None:
+            a, b = self.a, self.b
+            self.frozen = freeze(self.fig, [self.image, a.xaxis, a.yaxis, a.title, *self.standard, *self.flash,
+                                            *self.ratios, b.title, *a.spines.values(), *b.spines.values()])
+
+    def move(self, n: int = 4096, d: int = 64, sram_kib: int = 192, block_q: int | None = None,
+             block_k: int | None = None, causal: bool = False) -> None:
+        """Show the schedule and traffic for ``n`` tokens of head dim ``d``; blocks default to
+        Algorithm 1's choice for an SRAM of ``sram_kib`` KiB of 2-byte elements."""
+        auto_q, auto_k = flash_blocks(sram_kib * 1024 // BYTES, d)
+        block_q, block_k = block_q or auto_q, block_k or auto_k
+        t_r, t_c = math.ceil(n / block_q), math.ceil(n / block_k)
+        mask = tile_mask(n, n, block_q, block_k, causal)
+        order = np.where(mask, np.cumsum(mask.T).reshape(t_c, t_r).T - 1, np.nan)  # outer loop over j
+        standard, flash = standard_traffic(n, d) * BYTES, flash_traffic(n, d, block_q, block_k, causal) * BYTES
+        extra_std, extra_flash = extra_memory(n, d, block_q, block_k)
+        a, b = self.a, self.b
+        self.image.set_data(order / max(int(mask.sum()) - 1, 1))
+        a.set_xlabel(f"K/V block j ({t_c} of {block_k} rows; outer loop)")
+        a.set_ylabel(f"Q block i ({t_r} of {block_q} rows)")
+        a.set_title(f"{int(mask.sum()):,} tiles visited" + (" (causal)" if causal else ""), y=1.01)
+        for xi, (s, f) in enumerate(((standard, flash), (extra_std, extra_flash))):
+            self.standard[xi].set_height(s / 2**20)
+            self.flash[xi].set_height(f / 2**20)
+            ratio = s / f
+            self.ratios[xi].set_y(max(s, f) / 2**20)
+            self.ratios[xi].set_text(f"{ratio:,.0f}x" if ratio >= 100 else f"{ratio:.3g}x")
+        b.set_title(f"n={n:,}, d={d}, SRAM {sram_kib} KiB, B_r={block_q}, B_c={block_k}", y=1.01)
+
+
 def draw_tiling(n: int = 4096, d: int = 64, sram_kib: int = 192, block_q: int | None = None,
                 block_k: int | None = None, causal: bool = False):
-    """Left: the tile schedule (order of visits). Right: HBM traffic and extra memory. Returns the Figure.
-
-    Blocks default to Algorithm 1's choice for an SRAM of ``sram_kib`` KiB of 2-byte elements.
-    """
-    auto_q, auto_k = flash_blocks(sram_kib * 1024 // BYTES, d)
-    block_q, block_k = block_q or auto_q, block_k or auto_k
-    t_r, t_c = math.ceil(n / block_q), math.ceil(n / block_k)
-    mask = tile_mask(n, n, block_q, block_k, causal)
-    order = np.where(mask, np.cumsum(mask.T).reshape(t_c, t_r).T - 1, np.nan)  # outer loop over j
-    standard, flash = standard_traffic(n, d) * BYTES, flash_traffic(n, d, block_q, block_k, causal) * BYTES
-    extra_std, extra_flash = extra_memory(n, d, block_q, block_k)
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9.5, 3.8), dpi=80, gridspec_kw={"width_ratios": [1, 1.2]})
-    image = a.imshow(order, cmap="viridis", aspect="auto", interpolation="nearest")
-    fig.colorbar(image, ax=a, label="visit order")
-    a.set_xlabel(f"K/V block j ({t_c} of {block_k} rows; outer loop)")
-    a.set_ylabel(f"Q block i ({t_r} of {block_q} rows)")
-    a.set_title(f"{int(mask.sum()):,} tiles visited" + (" (causal)" if causal else ""), y=1.01)
-
-    labels = ["HBM traffic", "extra memory"]
-    x = np.arange(2)
-    b.bar(x - 0.2, [standard / 2**20, extra_std / 2**20], width=0.4, label="standard", color="tab:red")
-    b.bar(x + 0.2, [flash / 2**20, extra_flash / 2**20], width=0.4, label="FlashAttention", color="tab:green")
-    for xi, (s, f) in enumerate(((standard, flash), (extra_std, extra_flash))):
-        ratio = s / f
-        b.text(xi, max(s, f) / 2**20, f"{ratio:,.0f}x" if ratio >= 100 else f"{ratio:.3g}x", ha="center", va="bottom")
-    b.set_yscale("log")
-    b.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))  # plain text: no mathtext to lay out
-    b.set_xticks(x, labels)
-    b.set_ylabel("MiB (2-byte elements)")
-    b.set_title(f"n={n:,}, d={d}, SRAM {sram_kib} KiB, B_r={block_q}, B_c={block_k}", y=1.01)
-    b.legend(fontsize=8, loc="lower left")
-    b.minorticks_off()
-    b.set_ylim(None, b.get_ylim()[1] * 4)  # room for the ratios
-    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.14, top=0.9, wspace=0.45)
-    return fig
+    """Left: the tile schedule (order of visits). Right: HBM traffic and extra memory (see ``TilingView``).
+    Returns the Figure."""
+    view = TilingView()
+    try:
+        view.move(n, d, sram_kib, block_q, block_k, causal)
+    except ValueError:
+        plt.close(view.fig)
+        raise
+    return view.fig
 
 
 def tiling_panel() -> widgets.VBox:
@@ -73,8 +116,13 @@ def tiling_panel() -> widgets.VBox:
     block_k = widgets.SelectionSlider(options=[("auto", 0)] + [(str(b), b) for b in (16, 32, 64, 128, 256, 512)],
                                       value=0, description="B_c", style=style)
     causal = widgets.Checkbox(False, description="causal")
+    view = TilingView()
+    view.freeze()
+
+    def show(n, d, sram, block_q, block_k, causal):
+        view.move(n, d, sram, block_q or None, block_k or None, causal)
+        show_figure(view.fig)
+
     out = widgets.interactive_output(
-        lambda n, d, sram, block_q, block_k, causal: show_figure(draw_tiling(n, d, sram, block_q or None,
-                                                                             block_k or None, causal)),
-        {"n": n, "d": d, "sram": sram, "block_q": block_q, "block_k": block_k, "causal": causal})
+        show, {"n": n, "d": d, "sram": sram, "block_q": block_q, "block_k": block_k, "causal": causal})
     return widgets.VBox([widgets.HBox([widgets.VBox([n, d, sram]), widgets.VBox([block_q, block_k, causal])]), out])

@@ -219,7 +219,7 @@ def draw_timeline(runs: dict, run: str, step: int = 0, num_blocks: int | dict | 
 
 def timeline_panel(runs: dict, num_blocks: int | dict | None = None) -> widgets.VBox:
     """A run dropdown and a step slider over ``draw_timeline`` (``runs`` and ``num_blocks`` as
-    there). Each run's figure is drawn once, on its first choice, and frozen
+    there). Each run's figure is drawn once, when the panel is built, and frozen
     (``TimelineView.freeze``); a step move updates the cursor and caption in place and renders the
     PNG (``helpers.panels.output.stepped_panel``); choosing a run clamps the slider to that run's steps."""
     if not runs:
