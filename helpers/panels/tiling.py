@@ -51,7 +51,7 @@ class TilingView:
         b.set_yscale("log")
         b.set_ylim(*MIB_RANGE)
         decades = [10.0**k for k in range(-3, 7)]
-        b.set_yticks(decades, [f"{value:g}" for value in decades])  # plain text: no mathtext to lay out
+        b.set_yticks(decades, [f"{value:,.0f}" if value >= 1 else f"{value:g}" for value in decades])  # plain text
         b.minorticks_off()
         b.set_xticks(x, ["HBM traffic", "extra memory"])
         b.set_ylabel("MiB (2-byte elements)")
