@@ -3,7 +3,8 @@
 The shape is Llama-2-7B's (32 layers, 32 query heads, head dim 128). The layouts: MHA (32 K/V
 heads), GQA (query heads in groups sharing a K/V head), MQA (one K/V head) and MLA with
 DeepSeek's proportions (a latent of 4 x head dim plus a rotary key of head dim / 2 per layer).
-``draw_cache_shrink`` is a plain function of the choices; ``cache_shrink_panel`` wires it to widgets.
+``CacheShrinkView`` draws the figure once and ``move``s it; ``draw_cache_shrink`` is a plain function
+of the choices; ``cache_shrink_panel`` wires a view to widgets.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The lesson 01 panel: cache size against tokens, with the model's weights as a line.
 
-``draw_cache_vs_tokens`` is a plain function of the parameters (tests call it without a
-browser); ``cache_size_panel`` wires it to ipywidgets through ``interactive_output``.
+``CacheSizeView`` draws the figure once and ``move``s it to new parameters; ``draw_cache_vs_tokens``
+is a plain function of the parameters (tests call it without a browser); ``cache_size_panel``
+wires a view to ipywidgets through ``interactive_output``.
 """
 
 from __future__ import annotations

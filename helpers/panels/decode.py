@@ -3,8 +3,8 @@ new token's attention row.
 
 ``record_decode`` runs greedy generation with a KV cache once and keeps, for every step, the
 token, the cache's shape and bytes, and every layer's attention weights of the new token;
-``draw_decode_step`` draws one step of that record (for a deep model, a spread of its layers);
-``decode_panel`` puts a slider on it. It works for the course's byte model and, given the
+``DecodeView`` draws that record once and ``move``s to a step (for a deep model, a spread of its
+layers); ``draw_decode_step`` returns one step's figure; ``decode_panel`` puts a slider on a view. It works for the course's byte model and, given the
 tokenizer's ``decode``, for SmolLM2.
 """
 

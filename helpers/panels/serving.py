@@ -1,5 +1,8 @@
 """The lesson 05 panel: model, chip, batch, context, cache format and block size -> the decode
 speed limit, the largest batch that fits, and where the chip's memory goes.
+
+``ServingView`` draws the figure once and ``move``s it; ``draw_serving`` is a plain function of the
+choices; ``serving_panel`` wires a view to widgets.
 """
 
 from __future__ import annotations

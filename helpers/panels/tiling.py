@@ -2,7 +2,9 @@
 the tile schedule, the HBM traffic of both algorithms, and their extra memory.
 
 Counts come from ``helpers.flash`` (the same formulas its instrumented code is tested against).
-Sizes in bytes assume 2-byte (fp16/bf16) elements, as on a GPU.
+Sizes in bytes assume 2-byte (fp16/bf16) elements, as on a GPU. ``TilingView`` draws the figure
+once and ``move``s it; ``draw_tiling`` is a plain function of the settings; ``tiling_panel`` wires
+a view to sliders.
 """
 
 from __future__ import annotations
