@@ -109,6 +109,8 @@ def test_shaded_region_covers_everything_when_the_weights_do_not_fit():
     (span,) = fig.axes[0].patches
     assert span.get_x() == pytest.approx(0.7)  # the left edge of the axis: max batch 0
     assert "does NOT fit" in fig.axes[1].get_title()
+    short = -memory_split(get_model("Llama-3-70B"), get_chip("A100 40GB SXM"), 1, 1024, 2, 16)["free"] / GB
+    assert f"free: none, {short:,.1f} GB short" in [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
 
 
 def test_memory_bars_stack_to_the_chip_when_it_fits():
@@ -119,6 +121,8 @@ def test_memory_bars_stack_to_the_chip_when_it_fits():
     assert heights == pytest.approx([size / GB for size in split.values()])
     assert sum(heights) == pytest.approx(80)
     assert "does NOT fit" not in right.get_title()
+    labels = [t.get_text() for t in right.get_legend().get_texts()]
+    assert labels == ["the chip: 80 GB"] + [f"{part}: {size / GB:,.1f} GB" for part, size in split.items()]
 
 
 def test_panel_builds_and_one_change_redraws_once(monkeypatch):

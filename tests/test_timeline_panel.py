@@ -96,7 +96,7 @@ def test_figure_image_markers_and_pool(runs):
     legend = [t.get_text() for t in top.get_legend().get_texts()]
     assert legend[1:] == [label for label, _ in list(panel.STATES.values())[1:]] + [
         "preempted", "admitted with prefix-cache hits"]
-    assert "small pool: 8 requests" in top.get_title() and "1 preemption," in top.get_title()
+    assert "small pool: 8 requests" in top.get_title(loc="left") and "1 preemption," in top.get_title(loc="left")
 
 
 @pytest.mark.parametrize("name", ["continuous + prefix cache", "small pool"])
@@ -175,7 +175,7 @@ def test_the_dropdown_switches_runs_and_clamps_the_slider(runs, monkeypatch):
     run.value = "continuous"
     assert step.max == last["continuous"] and step.value == last["continuous"]
     assert len(shown) == 3  # the clamp and the run change: one render
-    assert figures[-1] is not figures[0] and figures[-1].axes[0].get_title().startswith("continuous:")
+    assert figures[-1] is not figures[0] and figures[-1].axes[0].get_title(loc="left").startswith("continuous:")
     (caption,) = [t for t in figures[-1].texts if t.get_gid() == "caption"]
     assert caption.get_text().startswith(f"step {last['continuous']}, ")
     run.value = "static"  # drawn once: the first figure again, the slider's range back

@@ -42,9 +42,8 @@ class CacheShrinkView:
         labels = ["keys stored", "values stored"]
         self.errors = right.bar(labels, [1, 1], color=["tab:orange", "tab:purple"])
         bf16 = measured_errors("bf16", "none")
-        self.bf16 = right.scatter(labels, [100 * bf16["keys"]["output"], 100 * bf16["values"]["output"]], marker="_",
-                                  s=900, color="black", zorder=3, label="bf16, for comparison")
-        self.legend = right.legend(loc="upper right", fontsize=8)
+        self.bf16_errors = [100 * bf16["keys"]["output"], 100 * bf16["values"]["output"]]
+        self.bf16 = right.scatter(labels, self.bf16_errors, marker="_", s=900, color="black", zorder=3)  # named in the title
         self.percents = [right.text(i, 1, "", ha="center", va="bottom", fontsize=9) for i in range(2)]
         right.set_yscale("log")
         right.set_ylim(0.05, 300)
@@ -52,7 +51,7 @@ class CacheShrinkView:
         right.minorticks_off()  # fewer ticks to lay out: part of keeping a redraw fast
         right.set_ylabel("attention output error (%)")
         right.set_title(" ", y=1.01)
-        fig.subplots_adjust(left=0.2, right=0.98, bottom=0.16, top=0.88, wspace=0.35)
+        fig.subplots_adjust(left=0.2, right=0.98, bottom=0.16, top=0.84, wspace=0.35)
         self.context, self.frozen = None, None
 
     def freeze(self) -> None:
@@ -60,7 +59,7 @@ class CacheShrinkView:
         if self.frozen is None:
             left, right = self.left, self.right
             self.frozen = freeze(self.fig, [left.yaxis, *self.bars, *self.sizes, left.title, *self.errors, self.bf16,
-                                            self.legend, *self.percents, right.title, *left.spines.values(),
+                                            *self.percents, right.title, *left.spines.values(),
                                             *right.spines.values()], key=lambda: self.context)
 
     def move(self, layout: str = "GQA", group: int = 4, storage: str = "e4m3", scaling: str = "tensor",
@@ -78,16 +77,17 @@ class CacheShrinkView:
             text.set_position((size, i))
             text.set_text(f" {size:,.2f} GiB ({baseline / per_token:.3g}x smaller)" if i else f" {size:,.1f} GiB")
         left.set_yticks(range(3), [b[0] for b in bars])
-        left.set_xlim(0, sizes[0] * 1.6)
+        left.set_xlim(0, sizes[0] * 2)  # room for the numbers after the longest bar
         left.set_xlabel(f"KV cache holding {context:,} tokens, one sequence or a batch's total (GiB)")
         left.set_title(f"{name} in {storage}: {bars[-1][1]:,} bytes per token", y=1.01)
 
         values = [100 * errors["keys"]["output"], 100 * errors["values"]["output"]]
-        for bar, text, value in zip(self.errors, self.percents, values):
+        for bar, text, value, reference in zip(self.errors, self.percents, values, self.bf16_errors):
             bar.set_height(value)
-            text.set_y(value)
+            text.set_y(1.15 * max(value, reference))  # above the bar and the bf16 mark
             text.set_text(f"{value:.2g}%")
-        right.set_title(f"measured: {storage}" + ("" if storage == "bf16" else f", {scaling} scale"), y=1.01)
+        right.set_title(f"measured: {storage}" + ("" if storage == "bf16" else f", {scaling} scale")
+                        + "\n(black: bf16, for comparison)", y=1.01)
         self.context = context
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import MaxNLocator, StrMethodFormatter
 
 from helpers.models import MODELS, ModelConfig, get_model, reshaped
 from helpers.panels.output import freeze, show_figure
@@ -24,7 +24,8 @@ DTYPES = [("fp32 (4 bytes)", "fp32"), ("bf16 / fp16 (2 bytes)", "bf16"), ("fp8 /
 class CacheSizeView:
     """The panel's figure, drawn once; ``move(model, dtype, batch, context)`` updates it in place.
 
-    The legend names the lines and stays put (drawn under them); the numbers are in the title.
+    The legend names the lines and sits under the axes, where nothing crosses it; the numbers are
+    in the title.
     The x axis follows the context only, so the frozen parts (``helpers.panels.output.freeze``) are
     kept per context; a move redraws the lines, the y axis, the note and the title.
     """
@@ -36,14 +37,16 @@ class CacheSizeView:
         self.weights = ax.axhline(0, color="tab:red", ls="--", label="weights (bf16)")
         self.max_context = ax.axvline(0, color="grey", ls=":", label="the model's max context")
         (self.cross,) = ax.plot([], [], "ko", ms=8, zorder=3)
-        self.note = ax.annotate("", (0, 0), xytext=(0, 0), textcoords="offset points")
+        self.note = ax.annotate("", (0, 0), xytext=(0, 0), textcoords="offset points",
+                                bbox=dict(facecolor="white", edgecolor="none", alpha=0.8))  # readable over the lines
         self.never = ax.text(0.02, 0.5, "", transform=ax.transAxes, bbox=dict(facecolor="white", edgecolor="none"))
         ax.set_xlabel("tokens per sequence (thousands)")
         ax.set_ylabel("memory (GiB)")
         ax.yaxis.set_major_locator(MaxNLocator(5))  # few labels to draw on every move
+        ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
         ax.set_title(" ", y=1.01, fontsize=10)  # fixed y: no layout pass
-        ax.legend(loc="upper left", fontsize=8).set_zorder(0.5)  # under the lines, as the frozen parts are
-        fig.subplots_adjust(left=0.09, right=0.98, bottom=0.12, top=0.88)  # fixed: tight_layout costs a draw
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, fontsize=8, frameon=False)
+        fig.subplots_adjust(left=0.12, right=0.98, bottom=0.2, top=0.88)  # fixed: tight_layout costs a draw
         self.context, self.frozen = None, None
 
     def freeze(self) -> None:

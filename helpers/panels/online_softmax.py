@@ -21,8 +21,9 @@ class OnlineStepView:
 
     Three axes: the scores (this block red, seen blue, not yet grey) and the running max m; m and l
     after each block; the partial output o against the exact one. Axis limits cover every step and
-    the legends name the lines (drawn under them), so a move changes only bar colours and heights,
-    line data and titles: the rest is frozen (``helpers.panels.output.freeze``) after ``freeze()``.
+    the axis labels and titles name what is drawn (no legend for the data to cross), so a move
+    changes only bar colours and heights, line data and titles: the rest is frozen
+    (``helpers.panels.output.freeze``) after ``freeze()``.
     """
 
     def __init__(self, block: int = 8, seed: int = 3):
@@ -32,29 +33,28 @@ class OnlineStepView:
         fig, (a, b, c) = plt.subplots(1, 3, figsize=(10.5, 3.3), dpi=80, gridspec_kw={"width_ratios": [1.6, 1, 1]})
         self.fig = fig
         self.score_bars = a.bar(np.arange(len(scores)), scores, color="lightgrey")
-        self.m_line = a.axhline(scores.max(), color="black", ls="--", lw=1, label="m, the running max")
-        a.legend(loc="upper left", fontsize=8).set_zorder(0.5)  # the legends stay put, under the data
+        self.m_line = a.axhline(scores.max(), color="black", ls="--", lw=1)  # named in the title: no legend to cross
         a.set_xlabel("key position (red: this block, blue: seen, grey: not yet)")
         a.set_ylabel("score")
 
         ms = [state["m"] for state in self.states[1:]]
         ls = [state["l"] for state in self.states[1:]]
-        (self.m_plot,) = b.plot([], [], "o-", label="m (running max)")
-        (self.l_plot,) = b.plot([], [], "s-", label="l (running sum)")
+        (self.m_plot,) = b.plot([], [], "o-")
+        (self.l_plot,) = b.plot([], [], "s-")
         b.set_xlim(0.5, len(self.states) - 0.5)
+        b.set_xticks(range(1, len(self.states)))
         low, high = min(ms + ls), max(ms + ls)
         b.set_ylim(low - 0.08 * (high - low), high + 0.08 * (high - low))
-        b.set_xlabel("block")
-        b.legend(fontsize=8, loc="lower right").set_zorder(0.5)
+        b.set_xlabel("block: m, the max (circles); l, the sum (squares)", fontsize=8)
 
         self.exact = softmax(scores) @ values
         x = np.arange(values.shape[1])
-        self.o_bars = c.bar(x - 0.2, np.zeros(len(x)), width=0.4, label="o so far")
-        c.bar(x + 0.2, self.exact, width=0.4, label="exact", color="lightgrey")
+        self.o_bars = c.bar(x - 0.2, np.zeros(len(x)), width=0.4)
+        c.bar(x + 0.2, self.exact, width=0.4, color="lightgrey")
         every = np.concatenate([self.exact] + [state["o"] for state in self.states] + [[0.0]])
         c.set_ylim(every.min() - 0.1 * np.ptp(every), every.max() + 0.1 * np.ptp(every))
         c.set_xticks(x, [f"o[{i}]" for i in x])
-        c.legend(fontsize=8, loc="lower right").set_zorder(0.5)
+        c.set_xlabel("blue: o so far; grey: exact", fontsize=8)
         for ax in (a, b, c):
             ax.set_title(" ", y=1.01)
         fig.subplots_adjust(left=0.06, right=0.99, bottom=0.17, top=0.88, wspace=0.3)
@@ -83,12 +83,12 @@ class OnlineStepView:
         self.m_line.set_visible(step > 0)
         if step:
             self.m_line.set_ydata([state["m"], state["m"]])
-        a.set_title(f"after {step} of {len(states) - 1} blocks of {self.block}" + (f": m = {state['m']:.2f}" if step else ""),
-                    y=1.01)
+        a.set_title(f"after {step} of {len(states) - 1} blocks of {self.block}"
+                    + (f": m = {state['m']:.2f} (dashed)" if step else ""), y=1.01)
         steps = np.arange(1, step + 1)
         self.m_plot.set_data(steps, [s["m"] for s in states[1:step + 1]])
         self.l_plot.set_data(steps, [s["l"] for s in states[1:step + 1]])
-        b.set_title("rescale exp(m_old - m_new) = " + ("-" if step < 2 else f"{state['alpha']:.3f}"), y=1.01)
+        b.set_title("rescale exp(m_old - m_new) = " + ("-" if step < 1 else f"{state['alpha']:.3f}"), y=1.01)
         for bar, height in zip(self.o_bars, state["o"]):
             bar.set_height(height)
         c.set_title("output" + (": equal to exact" if step == len(states) - 1 else ""), y=1.01)

@@ -12,6 +12,7 @@ import functools
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
 from helpers.models import MODELS, get_model
@@ -20,7 +21,7 @@ from helpers.roofline import CHIPS, decode_ceiling, get_chip, max_batch, memory_
 from helpers.units import GB
 
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-CONTEXTS = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
+CONTEXTS = [1000, 2048, 3000, 4096, 6000, 8192, 12000, 16384, 32768, 65536, 131072]  # some not whole blocks: tails
 BLOCKS = [1, 8, 16, 32, 64, 128, 256]
 
 
@@ -40,41 +41,39 @@ class ServingView:
     """The panel's figure, drawn once; ``move(...)`` (the arguments of ``draw_serving``) updates it in place.
 
     Left: the decode ceiling (tokens/s) against batch, the chosen batch marked, the batches that do
-    not fit shaded. Right: how the chip's memory is split. The legends name the parts and stay put
-    (drawn under the data); the numbers are in the titles and on the bars. The y axes cover every
+    not fit shaded (named in the x label; the numbers are in the title). Right: how the chip's
+    memory is split, the sizes in the legend, which sits beside the bar. The y axes cover every
     batch and context of a model, chip and cache format, so the frozen parts
     (``helpers.panels.output.freeze``) are kept per those three; a move redraws the curve, the
-    marker, the shading, the bars and the titles.
+    marker, the shading, the bar, the legend and the titles.
     """
 
     def __init__(self):
         fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=80, gridspec_kw={"width_ratios": [1.4, 1]})
         self.fig, self.a, self.b = fig, a, b
         batches = np.array(BATCHES)
-        (self.curve,) = a.plot(batches, np.ones(len(batches)), "o-", color="tab:blue", label="memory-bandwidth ceiling")
-        (self.marker,) = a.plot([1], [1], "o", ms=10, color="tab:red", label="the chosen batch")
-        self.span = a.axvspan(1, 2, color="grey", alpha=0.2, label="does not fit")
+        (self.curve,) = a.plot(batches, np.ones(len(batches)), "o-", color="tab:blue")
+        (self.marker,) = a.plot([1], [1], "o", ms=10, color="tab:red")
+        self.span = a.axvspan(1, 2, color="grey", alpha=0.2)
         a.set_xscale("log", base=2)
         a.set_yscale("log")
         a.set_xlim(0.7, batches[-1] * 1.3)
-        a.set_xlabel("batch (sequences decoded together)")
-        a.set_ylabel("tokens per second, at most")
+        a.set_xlabel("batch (sequences decoded together; red: the chosen one; grey: does not fit)")
+        a.set_ylabel("tokens/s at most (bandwidth ceiling)")
         a.set_title(" ", y=1.01, fontsize=10)  # fixed y: no layout pass
-        a.legend(fontsize=8, loc="upper left").set_zorder(0.5)  # under the data, as the frozen parts are
         a.set_xticks(batches, [str(x) for x in batches])
         a.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))  # plain labels: fast to draw
         a.minorticks_off()
         a.tick_params(axis="y", length=0)  # no tick marks for the shading, which moves, to cover
 
-        self.parts = {part: b.bar([0], [0], color=colour, edgecolor="black", label=part)[0]
-                      for part, colour in COLOURS.items()}
-        self.sizes = {part: b.text(0, 0, "", ha="center", va="center", fontsize=8, clip_on=True) for part in COLOURS}
-        (self.chip_line,) = b.plot([-0.6, 0.6], [0, 0], color="black", ls="--")  # the chip's memory, beside the legend
+        self.parts = {part: b.bar([0], [0], color=colour, edgecolor="black")[0] for part, colour in COLOURS.items()}
+        self.keys = {part: Patch(facecolor=colour, edgecolor="black") for part, colour in COLOURS.items()}  # legend
+        (self.chip_line,) = b.plot([-0.6, 0.6], [0, 0], color="black", ls="--")  # the chip's memory, left of the legend
         b.set_xticks([])
         b.set_ylabel("GB")
         b.set_xlim(-0.6, 2.2)
         b.set_title(" ", y=1.01, fontsize=10)
-        b.legend(fontsize=8, loc="upper right").set_zorder(0.5)
+        self.legend = None
         self.note = b.text(-0.55, -0.12, "", fontsize=8, transform=b.get_xaxis_transform())  # under the axes
         fig.subplots_adjust(left=0.08, right=0.98, bottom=0.16, top=0.86, wspace=0.2)
         self.key, self.frozen = None, None
@@ -82,10 +81,12 @@ class ServingView:
     def freeze(self) -> None:
         """Keep the unchanging parts' pixels, per model, chip and cache format, from the next render on."""
         if self.frozen is None:
-            a, b = self.a, self.b
-            self.frozen = freeze(self.fig, [self.curve, self.marker, self.span, a.title, *self.parts.values(),
-                                            *self.sizes.values(), self.chip_line, b.title, *a.spines.values(),
-                                            *b.spines.values()], key=lambda: self.key)
+            self.frozen = freeze(self.fig, self._moving(), key=lambda: self.key)
+
+    def _moving(self) -> list:
+        a, b = self.a, self.b
+        return [self.curve, self.marker, self.span, a.title, *self.parts.values(), self.chip_line, b.title,
+                *a.spines.values(), *b.spines.values(), *([self.legend] if self.legend else [])]
 
     def move(self, model_name: str = "Llama-3-8B", chip_name: str = "H100 SXM", batch: int = 16, context: int = 8192,
              cache_bytes_per_element: int = 2, block_size: int = 16) -> None:
@@ -111,19 +112,21 @@ class ServingView:
 
         bottom = 0.0
         for part, size in split.items():
-            bar, text = self.parts[part], self.sizes[part]
+            bar = self.parts[part]
             bar.set_visible(size > 0)
             bar.set_y(bottom)
             bar.set_height(max(size, 0) / GB)
-            text.set_position((0, bottom + max(size, 0) / GB / 2))
-            text.set_text(f"{size / GB:,.1f} GB" if size > 0.06 * chip.memory_bytes else "")  # room for the number?
+            self.keys[part].set_label(f"{part}: {size / GB:,.1f} GB" if size >= 0 else f"{part}: none, {-size / GB:,.1f} GB short")
             bottom += max(size, 0) / GB
         memory = chip.memory_bytes / GB
         self.chip_line.set_ydata([memory, memory])
+        self.chip_line.set_label(f"the chip: {memory:,.0f} GB")
+        self.legend = b.legend(handles=[self.chip_line, *self.keys.values()], fontsize=8, loc="upper right")
+        if self.frozen is not None:  # the new legend moves, the old one is gone
+            self.frozen.moving = self._moving()
         b.set_ylim(0, 1.3 * memory)  # a stack that does not fit goes past the top
         over = f" - does NOT fit: {bottom:,.0f} GB" if split["free"] < 0 else ""
-        tails = split["cache (block tails)"] / GB
-        b.set_title(f"memory, blocks of {block_size}{over}\nblock tails {tails:,.2f} GB", y=1.01, fontsize=10)
+        b.set_title(f"memory, blocks of {block_size}{over}", y=1.01, fontsize=10)
         self.note.set_text(f"reserving {model.max_context:,} per sequence: max batch {contiguous}")
 
 

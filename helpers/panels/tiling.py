@@ -56,10 +56,11 @@ class TilingView:
         b.set_yticks(decades, [f"{value:,.0f}" if value >= 1 else f"{value:g}" for value in decades])  # plain text
         b.minorticks_off()
         b.set_xticks(x, ["HBM traffic", "extra memory"])
+        b.set_xlabel("above the bars: standard / FlashAttention", fontsize=8)
         b.set_ylabel("MiB (2-byte elements)")
         b.set_title(" ", y=1.01)
         b.legend(fontsize=8, loc="upper left")  # above every bar and ratio
-        fig.subplots_adjust(left=0.08, right=0.98, bottom=0.14, top=0.9, wspace=0.45)
+        fig.subplots_adjust(left=0.08, right=0.98, bottom=0.16, top=0.85, wspace=0.45)
         self.frozen = None
 
     def freeze(self) -> None:
@@ -91,7 +92,7 @@ class TilingView:
             ratio = s / f
             self.ratios[xi].set_y(max(s, f) / 2**20)
             self.ratios[xi].set_text(f"{ratio:,.0f}x" if ratio >= 100 else f"{ratio:.3g}x")
-        b.set_title(f"n={n:,}, d={d}, SRAM {sram_kib} KiB, B_r={block_q}, B_c={block_k}", y=1.01)
+        b.set_title(f"n={n:,}, d={d}, SRAM {sram_kib} KiB\nB_r={block_q}, B_c={block_k}", y=1.01)
 
 
 def draw_tiling(n: int = 4096, d: int = 64, sram_kib: int = 192, block_q: int | None = None,

@@ -131,7 +131,7 @@ class TimelineView:
         top.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         figures = (f"{len(requests)} requests, {len(timeline)} steps, {len(pre)} preemption{'s' * (len(pre) != 1)}, "
                    f"{sum(r.cached_tokens for r in requests)} tokens served by the prefix cache (at every admission)")
-        top.set_title(f"{run}: {figures}", fontsize=10, y=1.01)
+        top.set_title(f"{run}: {figures}", fontsize=10, y=1.01, loc="left")  # runs on over the legend, not off the left
 
         x = np.arange(self.steps)
         used = np.zeros(self.steps)
