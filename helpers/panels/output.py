@@ -6,9 +6,9 @@ Each panel draws its figure once and updates it in place (a ``...View`` class wi
 renders, so a control move redraws only what moved: text and tick labels are most of
 matplotlib's drawing time.
 
-Only the latest value is drawn: while the kernel is busy with one redraw, the widgets' frontend
-(jupyter-widgets' message throttle) holds back further moves of a control and sends only the
-latest once the kernel is idle, so a quick drag never queues stale redraws
+A quick drag queues no stale redraws: jupyter-widgets' frontend keeps at most one message per
+control in flight and merges the moves made meanwhile, sending only the latest once the kernel
+reports idle for the one in flight. So a burst of moves draws its first value and then its last
 (``tests_browser`` checks it).
 """
 
