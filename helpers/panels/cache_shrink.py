@@ -43,15 +43,16 @@ class CacheShrinkView:
         self.errors = right.bar(labels, [1, 1], color=["tab:orange", "tab:purple"])
         bf16 = measured_errors("bf16", "none")
         self.bf16_errors = [100 * bf16["keys"]["output"], 100 * bf16["values"]["output"]]
-        self.bf16 = right.scatter(labels, self.bf16_errors, marker="_", s=900, color="black", zorder=3)  # named in the title
+        self.bf16 = right.scatter(labels, self.bf16_errors, marker="_", s=900, color="black", zorder=3)  # named below
         self.percents = [right.text(i, 1, "", ha="center", va="bottom", fontsize=9) for i in range(2)]
         right.set_yscale("log")
         right.set_ylim(0.05, 300)
         right.set_yticks([0.1, 1, 10, 100], ["0.1", "1", "10", "100"])
         right.minorticks_off()  # fewer ticks to lay out: part of keeping a redraw fast
         right.set_ylabel("attention output error (%)")
+        right.set_xlabel("black marks: bf16, for comparison", fontsize=8)
         right.set_title(" ", y=1.01)
-        fig.subplots_adjust(left=0.2, right=0.98, bottom=0.16, top=0.84, wspace=0.35)
+        fig.subplots_adjust(left=0.2, right=0.98, bottom=0.16, top=0.88, wspace=0.35)
         self.context, self.frozen = None, None
 
     def freeze(self) -> None:
@@ -86,8 +87,7 @@ class CacheShrinkView:
             bar.set_height(value)
             text.set_y(1.15 * max(value, reference))  # above the bar and the bf16 mark
             text.set_text(f"{value:.2g}%")
-        right.set_title(f"measured: {storage}" + ("" if storage == "bf16" else f", {scaling} scale")
-                        + "\n(black: bf16, for comparison)", y=1.01)
+        right.set_title(f"measured: {storage}" + ("" if storage == "bf16" else f", {scaling} scale"), y=1.01)
         self.context = context
 
 

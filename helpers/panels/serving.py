@@ -12,7 +12,7 @@ import functools
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.patches import Patch
+from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter
 
 from helpers.models import MODELS, get_model
@@ -42,10 +42,10 @@ class ServingView:
 
     Left: the decode ceiling (tokens/s) against batch, the chosen batch marked, the batches that do
     not fit shaded (named in the x label; the numbers are in the title). Right: how the chip's
-    memory is split, the sizes in the legend, which sits beside the bar. The y axes cover every
+    memory is split, the sizes in a key beside the bar (its numbers move). The y axes cover every
     batch and context of a model, chip and cache format, so the frozen parts
     (``helpers.panels.output.freeze``) are kept per those three; a move redraws the curve, the
-    marker, the shading, the bar, the legend and the titles.
+    marker, the shading, the bar, the key's numbers and the titles.
     """
 
     def __init__(self):
@@ -67,13 +67,18 @@ class ServingView:
         a.tick_params(axis="y", length=0)  # no tick marks for the shading, which moves, to cover
 
         self.parts = {part: b.bar([0], [0], color=colour, edgecolor="black")[0] for part, colour in COLOURS.items()}
-        self.keys = {part: Patch(facecolor=colour, edgecolor="black") for part, colour in COLOURS.items()}  # legend
-        (self.chip_line,) = b.plot([-0.6, 0.6], [0, 0], color="black", ls="--")  # the chip's memory, left of the legend
+        (self.chip_line,) = b.plot([-0.6, 0.5], [0, 0], color="black", ls="--")  # the chip's memory, left of the key
+        # The key: a fixed column beside the bar, nothing crosses it; its marks are frozen, the cache's and
+        # the free memory's numbers move.
+        rows = 1 - 0.09 * np.arange(1 + len(COLOURS)) - 0.06
+        b.plot([0.41, 0.46], [rows[0]] * 2, color="black", ls="--", transform=b.transAxes)
+        for y, colour in zip(rows[1:], COLOURS.values()):
+            b.add_patch(Rectangle((0.41, y - 0.025), 0.05, 0.05, facecolor=colour, edgecolor="black", transform=b.transAxes))
+        self.sizes = [b.text(0.48, y, "", va="center", fontsize=8, transform=b.transAxes) for y in rows]
         b.set_xticks([])
         b.set_ylabel("GB")
         b.set_xlim(-0.6, 2.2)
         b.set_title(" ", y=1.01, fontsize=10)
-        self.legend = None
         self.note = b.text(-0.55, -0.12, "", fontsize=8, transform=b.get_xaxis_transform())  # under the axes
         fig.subplots_adjust(left=0.08, right=0.98, bottom=0.16, top=0.86, wspace=0.2)
         self.key, self.frozen = None, None
@@ -81,12 +86,11 @@ class ServingView:
     def freeze(self) -> None:
         """Keep the unchanging parts' pixels, per model, chip and cache format, from the next render on."""
         if self.frozen is None:
-            self.frozen = freeze(self.fig, self._moving(), key=lambda: self.key)
-
-    def _moving(self) -> list:
-        a, b = self.a, self.b
-        return [self.curve, self.marker, self.span, a.title, *self.parts.values(), self.chip_line, b.title,
-                *a.spines.values(), *b.spines.values(), *([self.legend] if self.legend else [])]
+            a, b = self.a, self.b
+            self.frozen = freeze(self.fig, [self.curve, self.marker, self.span, a.title, *self.parts.values(),
+                                            self.chip_line, *self.sizes[2:], b.title, *a.spines.values(),
+                                            *b.spines.values()],  # the chip's and the weights' sizes follow the key
+                                 key=lambda: self.key)
 
     def move(self, model_name: str = "Llama-3-8B", chip_name: str = "H100 SXM", batch: int = 16, context: int = 8192,
              cache_bytes_per_element: int = 2, block_size: int = 16) -> None:
@@ -111,19 +115,16 @@ class ServingView:
                     + (f"max batch {fits}" if fits < BATCHES[-1] else f"every batch fits (max {fits})"), y=1.01, fontsize=10)
 
         bottom = 0.0
-        for part, size in split.items():
+        for (part, size), text in zip(split.items(), self.sizes[1:]):
             bar = self.parts[part]
             bar.set_visible(size > 0)
             bar.set_y(bottom)
             bar.set_height(max(size, 0) / GB)
-            self.keys[part].set_label(f"{part}: {size / GB:,.1f} GB" if size >= 0 else f"{part}: none, {-size / GB:,.1f} GB short")
+            text.set_text(f"{part}: {size / GB:,.1f} GB" if size >= 0 else f"{part}: none, {-size / GB:,.1f} GB short")
             bottom += max(size, 0) / GB
         memory = chip.memory_bytes / GB
         self.chip_line.set_ydata([memory, memory])
-        self.chip_line.set_label(f"the chip: {memory:,.0f} GB")
-        self.legend = b.legend(handles=[self.chip_line, *self.keys.values()], fontsize=8, loc="upper right")
-        if self.frozen is not None:  # the new legend moves, the old one is gone
-            self.frozen.moving = self._moving()
+        self.sizes[0].set_text(f"the chip: {memory:,.0f} GB")
         b.set_ylim(0, 1.3 * memory)  # a stack that does not fit goes past the top
         over = f" - does NOT fit: {bottom:,.0f} GB" if split["free"] < 0 else ""
         b.set_title(f"memory, blocks of {block_size}{over}", y=1.01, fontsize=10)
