@@ -312,3 +312,9 @@ def test_the_view_in_place_draws_what_a_fresh_figure_draws(model, dtype, batch, 
     view.move(get_model(model), dtype, batch, context)
     fresh = draw_cache_vs_tokens(get_model(model), dtype, batch, context)
     assert differing_pixels(view.fig, fresh) == 0
+
+def test_small_caches_get_decimal_labels():
+    fig = draw_cache_vs_tokens(reshaped("Llama-2-7B", 32, 8, 128), "fp8", 32, 4096)
+    fig.canvas.draw()
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert "2.5" in labels and "7.5" in labels, labels

@@ -109,3 +109,11 @@ def test_the_panel_draws_one_figure_and_moves_it(monkeypatch):
     assert left.get_title() == "window, budget 128: held at the end"
     bold = [line for line in right.lines if line.get_linewidth() == 2.5]
     assert [line.get_label() for line in bold] == ["window"]
+
+
+def test_the_image_keeps_a_single_held_position_in_view():
+    held = np.zeros((2, 20), dtype=int)
+    held[0, 0], held[1, 9], held[1, 10], held[1, 17] = 1, 2, 1, 1
+    assert panel.pooled(held).tolist() == [[1, 0, 0], [0, 2, 1]]  # 8 positions a column, the most held
+    fig = panel.draw_eviction("sinks", 64, FAKE)
+    assert (fig.axes[0].images[0].get_array()[:, 0] == 1).all()  # the sinks, in every row

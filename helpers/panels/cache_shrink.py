@@ -76,7 +76,8 @@ class CacheShrinkView:
         for i, (bar, text, (_, per_token), size) in enumerate(zip(self.bars, self.sizes, bars, sizes)):
             bar.set_width(size)
             text.set_position((size, i))
-            text.set_text(f" {size:,.2f} GiB ({baseline / per_token:.3g}x smaller)" if i else f" {size:,.1f} GiB")
+            smaller = "the same" if per_token == baseline else f"{baseline / per_token:.3g}x smaller"
+            text.set_text(f" {size:,.2f} GiB ({smaller})" if i else f" {size:,.2f} GiB")
         left.set_yticks(range(3), [b[0] for b in bars])
         left.set_xlim(0, sizes[0] * 2)  # room for the numbers after the longest bar
         left.set_xlabel(f"KV cache holding {context:,} tokens, one sequence or a batch's total (GiB)")

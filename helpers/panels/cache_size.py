@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
-from matplotlib.ticker import MaxNLocator, StrMethodFormatter
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from helpers.models import MODELS, ModelConfig, get_model, reshaped
 from helpers.panels.output import freeze, show_figure
@@ -37,13 +37,15 @@ class CacheSizeView:
         self.weights = ax.axhline(0, color="tab:red", ls="--", label="weights (bf16)")
         self.max_context = ax.axvline(0, color="grey", ls=":", label="the model's max context")
         (self.cross,) = ax.plot([], [], "ko", ms=8, zorder=3)
-        self.note = ax.annotate("", (0, 0), xytext=(0, 0), textcoords="offset points",
-                                bbox=dict(facecolor="white", edgecolor="none", alpha=0.8))  # readable over the lines
-        self.never = ax.text(0.02, 0.5, "", transform=ax.transAxes, bbox=dict(facecolor="white", edgecolor="none"))
+        # In the lower right: right of the crossing the cache line is above the weights line.
+        self.note = ax.annotate("", (0, 0), xytext=(0.98, 0.05), textcoords="axes fraction", ha="right",
+                                bbox=dict(facecolor="white", edgecolor="none", alpha=0.8),
+                                arrowprops=dict(arrowstyle="-", color="grey", lw=0.8))
+        self.never = ax.text(0.02, 0.8, "", transform=ax.transAxes, bbox=dict(facecolor="white", edgecolor="none"))
         ax.set_xlabel("tokens per sequence (thousands)")
         ax.set_ylabel("memory (GiB)")
         ax.yaxis.set_major_locator(MaxNLocator(5))  # few labels to draw on every move
-        ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}" if abs(value) >= 100 else f"{value:g}"))
         ax.set_title(" ", y=1.01, fontsize=10)  # fixed y: no layout pass
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, fontsize=8, frameon=False)
         fig.subplots_adjust(left=0.12, right=0.98, bottom=0.2, top=0.88)  # fixed: tight_layout costs a draw
@@ -75,12 +77,8 @@ class CacheSizeView:
         for artist, shown in ((self.cross, crosses), (self.note, crosses), (self.never, not crosses)):
             artist.set_visible(shown)
         if crosses:
-            right_half = cross > context / 2
-            low_line = weights < 0.5 * max(weights, cache[-1])  # room above the weights line?
-            self.note.set_text(f"cache > weights\nfrom {cross:,} tokens")
+            self.note.set_text(f"cache > weights from {cross:,} tokens")
             self.note.xy = (cross / 1000, gib(weights))
-            self.note.xyann = (-10 if right_half else 10, 12 if low_line else -40)
-            self.note.set_horizontalalignment("right" if right_half else "left")
             self.never.set_text("")
         else:
             where = "never (windowed cache)" if cross is None else f"only at {cross:,} tokens"

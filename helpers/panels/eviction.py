@@ -10,12 +10,25 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
+import numpy as np
 
 from helpers.eviction_results import BUDGETS, EXACT, POLICIES, held_map, load_results, memory_share, perplexity
 from helpers.panels.output import freeze, show_figure
 
 CHOSEN = dict(linewidth=2.5, alpha=1.0, marker="o")
 OTHER = dict(linewidth=1, alpha=0.5, marker=".")
+
+
+POOL = 8  # positions per image column: 2,048 positions would be more columns than the image has pixels
+
+
+def pooled(held: np.ndarray) -> np.ndarray:
+    """(rows, positions) -> (rows, ceil(positions / POOL)): each column the most a group of ``POOL``
+    positions holds (2 int8 over 1 held over 0), so a single held position (a sink) still shows."""
+    rows, positions = held.shape
+    padded = np.zeros((rows, -(-positions // POOL) * POOL), dtype=held.dtype)
+    padded[:, :positions] = held
+    return padded.reshape(rows, -1, POOL).max(axis=2)
 
 
 class EvictionView:
@@ -32,10 +45,12 @@ class EvictionView:
         self.results = results = results or load_results()
         fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=80, gridspec_kw={"width_ratios": [1, 1.1]})
         self.fig = fig
-        self.image = a.imshow(held_map(results, POLICIES[0], BUDGETS[0]),
-                              cmap=plt.matplotlib.colors.ListedColormap(["white", "tab:blue", "tab:orange"]),
-                              vmin=0, vmax=2, aspect="auto", interpolation="nearest")
-        a.set_xlabel("position in the text")
+        held = held_map(results, POLICIES[0], BUDGETS[0])
+        rows, positions = held.shape
+        self.image = a.imshow(pooled(held), cmap=plt.matplotlib.colors.ListedColormap(["white", "tab:blue", "tab:orange"]),
+                              vmin=0, vmax=2, aspect="auto", interpolation="nearest",
+                              extent=(-0.5, positions - 0.5, rows - 0.5, -0.5))
+        a.set_xlabel(f"position in the text (a column: {POOL} positions, coloured if any is held)")
         a.set_ylabel("layer x K/V head (layer 0 at the top)")
         a.tick_params(length=0)  # no tick marks over the image's edges, which move (the labels stay)
         self.points = {}
@@ -76,7 +91,7 @@ class EvictionView:
         if policy not in POLICIES or budget not in BUDGETS:
             raise ValueError(f"policy must be one of {POLICIES} and budget one of {BUDGETS}; got {policy!r}, {budget!r}")
         a, b = self.fig.axes
-        self.image.set_data(held_map(self.results, policy, budget))
+        self.image.set_data(pooled(held_map(self.results, policy, budget)))
         a.set_title(f"{policy}, budget {budget}: held at the end", y=1.01, fontsize=10)
         for name, line in self.lines.items():
             line.set(**(CHOSEN if name == policy else OTHER))

@@ -75,16 +75,18 @@ class TilingView:
         """Show the schedule and traffic for ``n`` tokens of head dim ``d``; blocks default to
         Algorithm 1's choice for an SRAM of ``sram_kib`` KiB of 2-byte elements."""
         auto_q, auto_k = flash_blocks(sram_kib * 1024 // BYTES, d)
-        block_q, block_k = block_q or auto_q, block_k or auto_k
+        block_q, block_k = min(block_q or auto_q, n), min(block_k or auto_k, n)  # a block holds at most the sequence
+
         t_r, t_c = math.ceil(n / block_q), math.ceil(n / block_k)
         mask = tile_mask(n, n, block_q, block_k, causal)
         order = np.where(mask, np.cumsum(mask.T).reshape(t_c, t_r).T - 1, np.nan)  # outer loop over j
         standard, flash = standard_traffic(n, d) * BYTES, flash_traffic(n, d, block_q, block_k, causal) * BYTES
         extra_std, extra_flash = extra_memory(n, d, block_q, block_k)
+        sram_bytes = extra_flash - 2 * n * BYTES  # of which l and m stay in HBM: the Q, K, V blocks and the score tile
         a, b = self.a, self.b
         self.image.set_data(order / max(int(mask.sum()) - 1, 1))
-        a.set_xlabel(f"K/V block j ({t_c} of {block_k} rows; outer loop)")
-        a.set_ylabel(f"Q block i ({t_r} of {block_q} rows)")
+        a.set_xlabel(f"K/V block j ({t_c:,} of {block_k:,} rows; outer loop)")
+        a.set_ylabel(f"Q block i ({t_r:,} of {block_q:,} rows)")
         a.set_title(f"{int(mask.sum()):,} tiles visited" + (" (causal)" if causal else ""), y=1.01)
         for xi, (s, f) in enumerate(((standard, flash), (extra_std, extra_flash))):
             self.standard[xi].set_height(s / 2**20)
@@ -92,7 +94,9 @@ class TilingView:
             ratio = s / f
             self.ratios[xi].set_y(max(s, f) / 2**20)
             self.ratios[xi].set_text(f"{ratio:,.0f}x" if ratio >= 100 else f"{ratio:.3g}x")
-        b.set_title(f"n={n:,}, d={d}, SRAM {sram_kib} KiB\nB_r={block_q}, B_c={block_k}", y=1.01)
+        over = f": need {sram_bytes / 1024:,.0f} KiB > SRAM" if sram_bytes > sram_kib * 1024 else ""
+        b.set_title(f"n={n:,}, d={d}, SRAM {sram_kib} KiB\nB_r={block_q}, B_c={block_k}{over}", y=1.01,
+                    color="tab:red" if over else "black")
 
 
 def draw_tiling(n: int = 4096, d: int = 64, sram_kib: int = 192, block_q: int | None = None,
