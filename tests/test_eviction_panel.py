@@ -117,3 +117,5 @@ def test_the_image_keeps_a_single_held_position_in_view():
     assert panel.pooled(held).tolist() == [[1, 0, 0], [0, 2, 1]]  # 8 positions a column, the most held
     fig = panel.draw_eviction("sinks", 64, FAKE)
     assert (fig.axes[0].images[0].get_array()[:, 0] == 1).all()  # the sinks, in every row
+    left = fig.axes[0].images[0].get_extent()[0]
+    assert fig.axes[0].get_xlim()[0] <= left - panel.POOL  # a column clear of the frame, which would cover it

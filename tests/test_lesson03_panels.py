@@ -250,7 +250,7 @@ def test_tiling_panel_builds_and_redraws_once(shown):
 
 
 def test_tiling_blocks_hold_at_most_the_sequence_and_name_an_sram_they_overflow():
-    fig = tiling.draw_tiling(n=256, d=32, sram_kib=256)  # Algorithm 1 would take B_c = 512
+    fig = tiling.draw_tiling(n=256, d=32, sram_kib=256)  # Algorithm 1 would take B_c = 1,024
     assert "B_r=32, B_c=256" in fig.axes[1].get_title() and "1 of 256 rows" in fig.axes[0].get_xlabel()
     fig = tiling.draw_tiling(n=16384, d=128, sram_kib=16, block_q=256, block_k=512)
     need = (256 * 128 + 2 * 512 * 128 + 256 * 512) * 2 // 1024

@@ -147,11 +147,13 @@ def test_panel_builds_and_one_change_redraws_once(monkeypatch):
 
 @pytest.mark.parametrize("choices", [
     ("Llama-3-8B", "H100 SXM", 16, 8192, 2, 16), ("Llama-3-70B", "A100 40GB SXM", 1, 1024, 2, 16),
-    ("Llama-3-8B", "H200 SXM", 256, 1024, 1, 1), ("Llama-3-8B", "A100 40GB SXM", 64, 131072, 2, 256)])
+    ("Llama-3-8B", "H200 SXM", 256, 1024, 1, 1), ("Llama-3-8B", "A100 40GB SXM", 64, 131072, 2, 256),
+    ("Llama-3-8B", "H100 SXM", 16, 65536, 2, 16)])
 def test_the_view_in_place_draws_what_a_fresh_figure_draws(choices):
     view = panel.ServingView()
     view.freeze()
-    for before in (("Llama-3-8B", "H200 SXM", 2, 65536, 1, 8), choices[:2] + (128, 2048, 2, 64)):  # other states first
+    for before in (("Llama-3-8B", "H200 SXM", 2, 65536, 1, 8), choices[:2] + (128, 2048, 2, 64),
+                   choices[:3] + (16384,) + choices[4:]):  # other states first, one beyond the model's context
         view.move(*before)
         view.fig.canvas.draw()
     view.move(*choices)

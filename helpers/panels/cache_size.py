@@ -37,7 +37,8 @@ class CacheSizeView:
         self.weights = ax.axhline(0, color="tab:red", ls="--", label="weights (bf16)")
         self.max_context = ax.axvline(0, color="grey", ls=":", label="the model's max context")
         (self.cross,) = ax.plot([], [], "ko", ms=8, zorder=3)
-        # In the lower right: right of the crossing the cache line is above the weights line.
+        # In the lower right, where the cache line is not (right of the crossing it is above the
+        # weights line), and above the weights line when that line is low.
         self.note = ax.annotate("", (0, 0), xytext=(0.98, 0.05), textcoords="axes fraction", ha="right",
                                 bbox=dict(facecolor="white", edgecolor="none", alpha=0.8),
                                 arrowprops=dict(arrowstyle="-", color="grey", lw=0.8))
@@ -79,6 +80,8 @@ class CacheSizeView:
         if crosses:
             self.note.set_text(f"cache > weights from {cross:,} tokens")
             self.note.xy = (cross / 1000, gib(weights))
+            line = weights / (1.05 * max(weights, cache[-1]))  # the weights line's height in the axes
+            self.note.xyann = (0.98, 0.05 if line > 0.2 else line + 0.06)
             self.never.set_text("")
         else:
             where = "never (windowed cache)" if cross is None else f"only at {cross:,} tokens"

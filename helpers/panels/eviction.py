@@ -50,6 +50,7 @@ class EvictionView:
         self.image = a.imshow(pooled(held), cmap=plt.matplotlib.colors.ListedColormap(["white", "tab:blue", "tab:orange"]),
                               vmin=0, vmax=2, aspect="auto", interpolation="nearest",
                               extent=(-0.5, positions - 0.5, rows - 0.5, -0.5))
+        a.set_xlim(-0.5 - 2 * POOL, positions - 0.5)  # the first column (the sinks) clear of the frame
         a.set_xlabel(f"position in the text (a column: {POOL} positions, coloured if any is held)")
         a.set_ylabel("layer x K/V head (layer 0 at the top)")
         a.tick_params(length=0)  # no tick marks over the image's edges, which move (the labels stay)

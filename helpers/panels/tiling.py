@@ -82,7 +82,7 @@ class TilingView:
         order = np.where(mask, np.cumsum(mask.T).reshape(t_c, t_r).T - 1, np.nan)  # outer loop over j
         standard, flash = standard_traffic(n, d) * BYTES, flash_traffic(n, d, block_q, block_k, causal) * BYTES
         extra_std, extra_flash = extra_memory(n, d, block_q, block_k)
-        sram_bytes = extra_flash - 2 * n * BYTES  # of which l and m stay in HBM: the Q, K, V blocks and the score tile
+        sram_bytes = extra_flash - 2 * n * BYTES  # the Q, K, V blocks and the score tile (l and m are in HBM)
         a, b = self.a, self.b
         self.image.set_data(order / max(int(mask.sum()) - 1, 1))
         a.set_xlabel(f"K/V block j ({t_c:,} of {block_k:,} rows; outer loop)")
