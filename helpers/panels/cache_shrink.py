@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 
 from helpers.kv_cache_size import LAYOUTS, cache_bytes, layout_bytes_per_token
 from helpers.kv_quant import measured_errors
-from helpers.panels.output import freeze, show_figure
+from helpers.panels.output import freeze, moved_figure, show_figure
 from helpers.units import gib
 
 STORAGE = ("bf16", "int8", "e4m3", "e5m2")  # the formats the panel offers (bytes: helpers.units.DTYPE_BYTES)
@@ -95,13 +95,7 @@ class CacheShrinkView:
 def draw_cache_shrink(layout: str = "GQA", group: int = 4, storage: str = "e4m3", scaling: str = "tensor",
                       context: int = 131072):
     """The figure of ``CacheShrinkView`` for these choices. Returns the Figure."""
-    view = CacheShrinkView()
-    try:
-        view.move(layout, group, storage, scaling, context)
-    except ValueError:
-        plt.close(view.fig)
-        raise
-    return view.fig
+    return moved_figure(CacheShrinkView(), layout, group, storage, scaling, context)
 
 
 def cache_shrink_panel() -> widgets.VBox:

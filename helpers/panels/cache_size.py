@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from helpers.models import MODELS, ModelConfig, get_model, reshaped
-from helpers.panels.output import freeze, show_figure
+from helpers.panels.output import freeze, moved_figure, show_figure
 from helpers.units import bytes_per_element, format_bytes, gib
 
 CONTEXTS = [2**k for k in range(10, 21)]  # 1,024 .. 1,048,576 tokens
@@ -102,13 +102,7 @@ def draw_cache_vs_tokens(model: ModelConfig, dtype: str = "bf16", batch: int = 1
     Marks the token count where the cache passes the weights when it lies within ``context``.
     Returns the matplotlib Figure (a ``CacheSizeView``'s).
     """
-    view = CacheSizeView()
-    try:
-        view.move(model, dtype, batch, context)
-    except ValueError:
-        plt.close(view.fig)
-        raise
-    return view.fig
+    return moved_figure(CacheSizeView(), model, dtype, batch, context)
 
 
 def cache_size_panel(model: str = "Llama-2-7B", batch: int = 1, context: int = 131072) -> widgets.VBox:

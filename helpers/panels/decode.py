@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from helpers.llama import LlamaForCausalLM, decode_steps
-from helpers.panels.output import freeze, show_figure
+from helpers.panels.output import freeze, moved_figure, show_figure
 from helpers.text_data import decode as decode_bytes
 from helpers.units import format_bytes, positive_int
 
@@ -119,13 +119,7 @@ def draw_decode_step(steps: list[DecodeStep], step: int, prompt_ids: torch.Tenso
                      decode: Callable[[list[int]], str] = decode_bytes, layers: list[int] | None = None):
     """The text so far, the cache after ``step``, and the attention rows of the token just fed in
     (see ``DecodeView``). Returns the Figure."""
-    view = DecodeView(steps, prompt_ids, decode, layers)
-    try:
-        view.move(step)
-    except ValueError:
-        plt.close(view.fig)
-        raise
-    return view.fig
+    return moved_figure(DecodeView(steps, prompt_ids, decode, layers), step)
 
 
 def decode_panel(model: LlamaForCausalLM, prompt_ids: torch.Tensor, new_tokens: int = 48,

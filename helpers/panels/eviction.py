@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from helpers.eviction_results import BUDGETS, EXACT, POLICIES, held_map, load_results, memory_share, perplexity
-from helpers.panels.output import freeze, show_figure
+from helpers.panels.output import freeze, moved_figure, show_figure
 
 CHOSEN = dict(linewidth=2.5, alpha=1.0, marker="o")
 OTHER = dict(linewidth=1, alpha=0.5, marker=".")
@@ -103,13 +103,7 @@ class EvictionView:
 
 def draw_eviction(policy: str = "heavy", budget: int = 256, results: dict | None = None):
     """The figure for ``policy`` at ``budget`` (see ``EvictionView``). Returns the Figure."""
-    view = EvictionView(results)
-    try:
-        view.move(policy, budget)
-    except ValueError:
-        plt.close(view.fig)
-        raise
-    return view.fig
+    return moved_figure(EvictionView(results), policy, budget)
 
 
 def eviction_panel() -> widgets.VBox:

@@ -13,7 +13,7 @@ import numpy as np
 
 from helpers.attention import softmax
 from helpers.flash import demo_row, online_states
-from helpers.panels.output import freeze, stepped_panel
+from helpers.panels.output import freeze, moved_figure, stepped_panel
 
 
 class OnlineStepView:
@@ -96,13 +96,7 @@ class OnlineStepView:
 
 def draw_online_step(step: int, block: int = 8, seed: int = 3):
     """The figure after ``step`` blocks (see ``OnlineStepView``). Returns the Figure."""
-    view = OnlineStepView(block, seed)
-    try:
-        view.move(step)
-    except ValueError:
-        plt.close(view.fig)
-        raise
-    return view.fig
+    return moved_figure(OnlineStepView(block, seed), step)
 
 
 def online_softmax_panel() -> widgets.VBox:

@@ -39,6 +39,17 @@ def show_figure(fig) -> None:
     display(Image(png.getvalue()))
 
 
+def moved_figure(view, *args, **kwargs):
+    """``view.move(*args, **kwargs)`` and its figure: what every ``draw_*`` function returns. A move
+    that raises (a bad argument) closes the figure first, so nothing is left open in pyplot."""
+    try:
+        view.move(*args, **kwargs)
+    except Exception:
+        plt.close(view.fig)
+        raise
+    return view.fig
+
+
 class Frozen(Artist):
     """Draws ``axes`` (hidden from the figure's own draw) without their ``moving`` artists, keeps
     those pixels, and on later renders pastes them back (Agg's copy_from_bbox / restore_region, as

@@ -16,7 +16,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter
 
 from helpers.models import MODELS, get_model
-from helpers.panels.output import freeze, show_figure
+from helpers.panels.output import freeze, moved_figure, show_figure
 from helpers.roofline import CHIPS, decode_ceiling, get_chip, max_batch, memory_split
 from helpers.units import GB
 
@@ -138,13 +138,7 @@ def draw_serving(model_name: str = "Llama-3-8B", chip_name: str = "H100 SXM", ba
                  cache_bytes_per_element: int = 2, block_size: int = 16):
     """Left: decode ceiling (tokens/s) against batch, the chosen batch marked, the memory limit
     drawn. Right: how the chip's memory is split (see ``ServingView``). Returns the Figure."""
-    view = ServingView()
-    try:
-        view.move(model_name, chip_name, batch, context, cache_bytes_per_element, block_size)
-    except ValueError:
-        plt.close(view.fig)
-        raise
-    return view.fig
+    return moved_figure(ServingView(), model_name, chip_name, batch, context, cache_bytes_per_element, block_size)
 
 
 def serving_panel() -> widgets.VBox:

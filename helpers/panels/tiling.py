@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from helpers.flash import extra_memory, flash_blocks, flash_traffic, standard_traffic, tile_mask
-from helpers.panels.output import freeze, show_figure
+from helpers.panels.output import freeze, moved_figure, show_figure
 
 BYTES = 2  # fp16/bf16 elements
 LENGTHS = [256, 512, 1024, 2048, 4096, 8192, 16384]
@@ -103,13 +103,7 @@ def draw_tiling(n: int = 4096, d: int = 64, sram_kib: int = 192, block_q: int | 
                 block_k: int | None = None, causal: bool = False):
     """Left: the tile schedule (order of visits). Right: HBM traffic and extra memory (see ``TilingView``).
     Returns the Figure."""
-    view = TilingView()
-    try:
-        view.move(n, d, sram_kib, block_q, block_k, causal)
-    except ValueError:
-        plt.close(view.fig)
-        raise
-    return view.fig
+    return moved_figure(TilingView(), n, d, sram_kib, block_q, block_k, causal)
 
 
 def tiling_panel() -> widgets.VBox:

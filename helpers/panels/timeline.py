@@ -22,7 +22,7 @@ from matplotlib.ticker import MaxNLocator
 from matplotlib.transforms import blended_transform_factory
 
 from helpers.engine import Request, StepRecord
-from helpers.panels.output import freeze, stepped_panel
+from helpers.panels.output import freeze, moved_figure, stepped_panel
 from helpers.units import positive_int
 
 # a cell of the image: what a request did at a step
@@ -208,13 +208,7 @@ def draw_timeline(runs: dict, run: str, step: int = 0, num_blocks: int | dict | 
     ``runs``: name -> (requests, timeline) of finished engine runs. ``num_blocks``: the pool size
     to draw as a dashed line, one int for every run or a dict name -> int (None: no line).
     Returns the Figure."""
-    view = TimelineView(runs, run, num_blocks)
-    try:
-        view.move(step)
-    except ValueError:
-        plt.close(view.fig)
-        raise
-    return view.fig
+    return moved_figure(TimelineView(runs, run, num_blocks), step)
 
 
 def timeline_panel(runs: dict, num_blocks: int | dict | None = None) -> widgets.VBox:
