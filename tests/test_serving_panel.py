@@ -163,6 +163,6 @@ def test_the_view_in_place_draws_what_a_fresh_figure_draws(choices):
 
 def test_a_context_beyond_the_model_is_named_instead_of_reserving():
     note = panel.draw_serving("Llama-3-8B", "H100 SXM", 16, 131072, 2, 16).axes[1].texts[-1].get_text()
-    assert note == "131,072 tokens: beyond Llama-3-8B's 8,192-token context"
+    assert note == "this context is beyond Llama-3-8B's 8,192 tokens"
     note = panel.draw_serving("Llama-3-8B", "H100 SXM", 16, 8192, 2, 16).axes[1].texts[-1].get_text()
     assert note == f"reserving 8,192 per sequence: max batch {max_batch(LLAMA3_8B, H100, 8192, 2, 2)}"

@@ -44,8 +44,8 @@ class ServingView:
     not fit shaded (named in the x label; the numbers are in the title). Right: how the chip's
     memory is split, the sizes in a key beside the bar (its numbers move). The y axes cover every
     batch and context of a model, chip and cache format, so the frozen parts
-    (``helpers.panels.output.freeze``) are kept per those three and, when the context is beyond the
-    model's, per context (the note under the bar names it); a move redraws the curve, the
+    (``helpers.panels.output.freeze``) are kept per those three and whether the context is beyond
+    the model's (the note under the bar says so); a move redraws the curve, the
     marker, the shading, the bar, the key's numbers and the titles.
     """
 
@@ -111,7 +111,7 @@ class ServingView:
         self.span.set_x(start)
         self.span.set_width(BATCHES[-1] * 1.3 - start)
         beyond = context > model.max_context
-        self.key = (model.name, chip.name, cache_bytes_per_element, context if beyond else None)  # the note's
+        self.key = (model.name, chip.name, cache_bytes_per_element, beyond)  # what the note under the bar follows
         a.set_ylim(*_ceiling_range(model.name, chip.name, cache_bytes_per_element))
         a.set_title(f"{model.name} on {chip.name}, {context:,} tokens each\nbatch {batch}: {here:,.0f} tokens/s at most; "
                     + (f"max batch {fits}" if fits < BATCHES[-1] else f"every batch fits (max {fits})"), y=1.01, fontsize=10)
@@ -130,7 +130,7 @@ class ServingView:
         b.set_ylim(0, 1.3 * memory)  # a stack that does not fit goes past the top
         over = f" - does NOT fit: {bottom:,.0f} GB" if split["free"] < 0 else ""
         b.set_title(f"memory, blocks of {block_size}{over}", y=1.01, fontsize=10)
-        self.note.set_text(f"{context:,} tokens: beyond {model.name}'s {model.max_context:,}-token context" if beyond else
+        self.note.set_text(f"this context is beyond {model.name}'s {model.max_context:,} tokens" if beyond else
                            f"reserving {model.max_context:,} per sequence: max batch {contiguous}")
 
 
