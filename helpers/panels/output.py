@@ -58,7 +58,7 @@ class Frozen(Artist):
 
     ``key()`` names the state of the frozen parts (say, the axis limits a control sets): pixels are
     kept per key and canvas size, the ``KEEP`` most recent, so returning to a state pastes it back.
-    ``redraw()`` after any other change to something frozen. A renderer without those methods (PDF,
+    Whatever changes a frozen part must change the key too. A renderer without those methods (PDF,
     SVG) draws everything each time."""
 
     KEEP = 16
@@ -69,10 +69,6 @@ class Frozen(Artist):
         self.set_zorder(-10)
         for ax in self.axes_drawn:
             ax.set_visible(False)
-
-    def redraw(self) -> None:
-        """Forget the kept pixels: the next render draws the frozen parts again."""
-        self.pixels.clear()
 
     def draw(self, renderer) -> None:
         state = (renderer.get_canvas_width_height(), self.key() if self.key else None)
